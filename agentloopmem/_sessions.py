@@ -1,0 +1,220 @@
+"""The in-memory ``SessionStore``: settings, working memory and run summaries per session."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import attrs
+import trio
+
+from agentloop import (
+    FinalizeSummary,
+    Session,
+    SessionInfo,
+    validate_n,
+    validate_session_id,
+)
+from agentloop._validate import preview
+from agentloopmem._base import MemoryStoreBase
+
+
+@attrs.define
+class _Record:
+    """One session's state; only ever touched under the store's lock."""
+
+    session: Session
+    final: FinalizeSummary | None
+    created_at: datetime
+    updated_at: datetime
+    step_total: int
+    write_seq: int
+
+
+def _system_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+class SessionStore(MemoryStoreBase):
+    """Sessions kept in a dict; safe from trio tasks and OS threads.
+
+    Implements ``SessionStore`` and every optional capability: ``put``,
+    ``final``, ``list_sessions``, ``delete_session``, ``aclose``. ``clock``
+    (a zero-argument callable returning an aware ``datetime``) stamps
+    ``created_at``/``updated_at`` for ``list_sessions``; it defaults to UTC
+    wall-clock time. ``list_sessions`` orders by write recency, so a clock that
+    ties or steps backwards cannot reorder it.
+
+    **Cancellation**: a cancelled call raises before touching the store; a call
+    that returns normally has fully happened and has yielded once.
+    """
+
+    def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
+        super().__init__()
+        if clock is not None and not callable(clock):
+            raise TypeError(f"clock must be a callable returning a datetime, got {preview(clock)}")
+        self._clock = clock if clock is not None else _system_clock
+        self._records: dict[str, _Record] = {}
+        self._write_seq = itertools.count()
+
+    def _clear(self) -> None:
+        self._records.clear()
+
+    def _now(self) -> datetime:
+        now = self._clock()
+        if not isinstance(now, datetime) or now.utcoffset() is None:
+            raise ValueError(f"clock must return a timezone-aware datetime, got {preview(now)}")
+        return now.astimezone(UTC)
+
+    def _write(self, session_id: str) -> _Record:
+        """The record to write into, created on first write; call with the lock held."""
+        now = self._now()
+        seq = next(self._write_seq)
+        record = self._records.get(session_id)
+        if record is None:
+            record = _Record(Session(id=session_id), None, now, now, 0, seq)
+            self._records[session_id] = record
+        else:
+            record.updated_at = now
+            record.write_seq = seq
+        return record
+
+    async def get(self, session_id: str) -> Session:
+        """The stored session, or ``Session(id=session_id)`` when unknown; creates nothing.
+
+        Raises:
+            TypeError, ValueError: the id is not a non-empty str without NUL.
+            StoreClosedError: the store was closed.
+        """
+        validate_session_id(session_id)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        with self._lock:
+            self._check_open()
+            record = self._records.get(session_id)
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return record.session if record is not None else Session(id=session_id)
+
+    async def exists(self, session_id: str) -> bool:
+        """Whether a write (``put``, ``update_data``, ``finalize``) brought the session into being.
+
+        Raises:
+            StoreClosedError: the store was closed.
+        """
+        validate_session_id(session_id)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        with self._lock:
+            self._check_open()
+            found = session_id in self._records
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return found
+
+    async def update_data(self, session_id: str, snapshot: str | None) -> None:
+        """Replace the session's data with ``snapshot`` (JSON text, or ``None`` to clear it).
+
+        Raises:
+            TypeError: ``snapshot`` is neither ``str`` nor ``None``.
+            ValueError: ``snapshot`` is not JSON text; nothing is written.
+            StoreClosedError: the store was closed.
+        """
+        validate_session_id(session_id)
+        if snapshot is not None and not isinstance(snapshot, str):
+            raise TypeError(f"snapshot must be JSON text or None, got {preview(snapshot)}")
+        await trio.lowlevel.checkpoint_if_cancelled()
+        with self._lock:
+            self._check_open()
+            current = self._records.get(session_id)
+            base = current.session if current is not None else Session(id=session_id)
+            # Built before any state changes: an invalid snapshot raises here.
+            session = Session(base.id, base.model, base.system_prompt, snapshot)
+            self._write(session_id).session = session
+        await trio.lowlevel.cancel_shielded_checkpoint()
+
+    async def finalize(self, session_id: str, summary: FinalizeSummary) -> None:
+        """Record ``summary`` as the session's latest run; data is kept.
+
+        Raises:
+            TypeError: ``summary`` is not a ``FinalizeSummary``.
+            StoreClosedError: the store was closed.
+        """
+        validate_session_id(session_id)
+        if not isinstance(summary, FinalizeSummary):
+            raise TypeError(f"summary must be a FinalizeSummary, got {preview(summary)}")
+        await trio.lowlevel.checkpoint_if_cancelled()
+        with self._lock:
+            self._check_open()
+            record = self._write(session_id)
+            record.final = summary
+            record.step_total += summary.step_count
+        await trio.lowlevel.cancel_shielded_checkpoint()
+
+    async def put(self, session: Session) -> None:
+        """Store ``session`` whole (model, system prompt, data); its summaries are kept.
+
+        Raises:
+            TypeError: ``session`` is not a ``Session``.
+            StoreClosedError: the store was closed.
+        """
+        if not isinstance(session, Session):
+            raise TypeError(f"session must be a Session, got {preview(session)}")
+        await trio.lowlevel.checkpoint_if_cancelled()
+        with self._lock:
+            self._check_open()
+            self._write(session.id).session = session
+        await trio.lowlevel.cancel_shielded_checkpoint()
+
+    async def final(self, session_id: str) -> FinalizeSummary | None:
+        """The latest ``finalize`` summary, or ``None`` if the session never finalized.
+
+        Raises:
+            StoreClosedError: the store was closed.
+        """
+        validate_session_id(session_id)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        with self._lock:
+            self._check_open()
+            record = self._records.get(session_id)
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return record.final if record is not None else None
+
+    async def list_sessions(self, *, limit: int = 100) -> list[SessionInfo]:
+        """At most ``limit`` sessions, the most recently written first.
+
+        Raises:
+            TypeError, ValueError: ``limit`` is not an int >= 1.
+            StoreClosedError: the store was closed.
+        """
+        validate_n(limit, "limit")
+        await trio.lowlevel.checkpoint_if_cancelled()
+        with self._lock:
+            self._check_open()
+            records = sorted(self._records.values(), key=lambda r: r.write_seq, reverse=True)
+            rows = [
+                (r.session.id, r.final, r.step_total, r.created_at, r.updated_at)
+                for r in records[:limit]
+            ]
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return [
+            SessionInfo(
+                id=sid,
+                status=final.status if final is not None else None,
+                step_count=total,
+                created_at=created,
+                updated_at=updated,
+            )
+            for sid, final, total, created, updated in rows
+        ]
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Drop the session's data and summaries; ``True`` if it existed.
+
+        Raises:
+            StoreClosedError: the store was closed.
+        """
+        validate_session_id(session_id)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        with self._lock:
+            self._check_open()
+            existed = self._records.pop(session_id, None) is not None
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return existed

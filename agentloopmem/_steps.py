@@ -1,0 +1,94 @@
+"""The in-memory ``StepStore``: one list of steps per session."""
+
+from __future__ import annotations
+
+import trio
+
+from agentloop import RunStep, validate_n, validate_session_id
+from agentloop._validate import preview
+from agentloopmem._base import MemoryStoreBase
+
+
+class StepStore(MemoryStoreBase):
+    """Steps kept in a dict of per-session lists; safe from trio tasks and OS threads.
+
+    Implements ``StepStore`` and the ``all``, ``delete_session`` and ``aclose``
+    capabilities. Steps are immutable values; every returned list is a fresh
+    copy, so mutating it cannot reach the store. ``last_n`` costs O(n), however
+    long the history.
+
+    **Cancellation**: a cancelled call raises before touching the store; a call
+    that returns normally has fully happened and has yielded once.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._steps: dict[str, list[RunStep]] = {}
+
+    def _clear(self) -> None:
+        self._steps.clear()
+
+    async def append(self, step: RunStep) -> None:
+        """Append ``step`` to its session's trace.
+
+        Raises:
+            TypeError: ``step`` is not a ``RunStep``.
+            StoreClosedError: the store was closed.
+        """
+        if not isinstance(step, RunStep):
+            raise TypeError(f"step must be a RunStep, got {preview(step)}")
+        await trio.lowlevel.checkpoint_if_cancelled()
+        with self._lock:
+            self._check_open()
+            steps = self._steps.get(step.session_id)
+            if steps is None:
+                self._steps[step.session_id] = [step]
+            else:
+                steps.append(step)
+        await trio.lowlevel.cancel_shielded_checkpoint()
+
+    async def last_n(self, session_id: str, n: int) -> list[RunStep]:
+        """The newest ``n`` steps of the session, oldest first; ``[]`` for an unknown session.
+
+        Raises:
+            TypeError: ``n`` is not an int (``bool`` included), or the id is not a str.
+            ValueError: ``n`` < 1, or the id is empty or holds NUL.
+            StoreClosedError: the store was closed.
+        """
+        validate_n(n)
+        validate_session_id(session_id)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        with self._lock:
+            self._check_open()
+            steps = self._steps.get(session_id)
+            window = steps[-n:] if steps is not None else []
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return window
+
+    async def all(self, session_id: str) -> list[RunStep]:
+        """Every step of the session in insertion order; ``[]`` for an unknown session.
+
+        Raises:
+            StoreClosedError: the store was closed.
+        """
+        validate_session_id(session_id)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        with self._lock:
+            self._check_open()
+            steps = list(self._steps.get(session_id, ()))
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return steps
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Drop the session's steps; ``True`` if it had any.
+
+        Raises:
+            StoreClosedError: the store was closed.
+        """
+        validate_session_id(session_id)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        with self._lock:
+            self._check_open()
+            existed = self._steps.pop(session_id, None) is not None
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return existed
