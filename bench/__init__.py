@@ -1,0 +1,1 @@
+"""Benchmarks: every figure is a ratio measured in one run (``python -m bench``)."""

@@ -1,0 +1,51 @@
+"""One row per measured ratio, and the table that prints them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import attrs
+
+
+@attrs.frozen
+class Row:
+    """``ratio`` = ours / floor; ``limit`` is the target, a ceiling unless ``at_least``."""
+
+    name: str
+    detail: str
+    ratio: float
+    limit: float
+    at_least: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.ratio >= self.limit if self.at_least else self.ratio <= self.limit
+
+    @property
+    def target(self) -> str:
+        return f"{'>=' if self.at_least else '<='} {self.limit:g}"
+
+
+def best_of(repeats: int, fn: Callable[[], float]) -> float:
+    """The smallest of ``repeats`` measurements: the least disturbed by the rest of the machine."""
+    return min(fn() for _ in range(repeats))
+
+
+def per_op_us(ops: int, fn: Callable[[], None]) -> float:
+    """Microseconds per op of ``fn``, which performs ``ops`` operations."""
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) / ops * 1e6
+
+
+def render(rows: list[Row]) -> str:
+    """The rows as an aligned text table with a verdict column."""
+    header = ("measure", "detail", "ratio", "target", "")
+    lines = [header] + [
+        (r.name, r.detail, f"{r.ratio:.2f}", r.target, "ok" if r.ok else "MISS") for r in rows
+    ]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    out = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)) for line in lines]
+    out.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(line.rstrip() for line in out)
