@@ -320,7 +320,7 @@ async def _unknown(h: Harness) -> None:
 )
 async def _isolation(h: Harness) -> None:
     async with open_steps(h) as s:
-        ids = ("a", "ab", "a/b", "b", "a.")
+        ids = ("a", "ab", "a/b", "b", "a.", "conversation-1", "conversation-2")
         sent = {sid: steps(sid, 3, start=10 * k) for k, sid in enumerate(ids)}
         for k in range(3):
             for sid in ids:
