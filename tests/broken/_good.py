@@ -198,3 +198,33 @@ class GoodSessions(_Base):
 
 def unused(*_: Any) -> None:
     """Keeps linters quiet about deliberately unused arguments in broken stores."""
+
+
+class GoodBoth(GoodSessions):
+    """A correct store that is both protocols in one object, like the SQL stores."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trace = GoodSteps()
+
+    async def append(self, step: RunStep) -> None:
+        """Append ``step`` to its session."""
+        self.trace.closed = self.closed
+        await self.trace.append(step)
+
+    async def last_n(self, session_id: str, n: int) -> list[RunStep]:
+        """The newest ``n`` steps, oldest first."""
+        self.trace.closed = self.closed
+        return await self.trace.last_n(session_id, n)
+
+    async def all(self, session_id: str) -> list[RunStep]:
+        """Every step, in insertion order."""
+        self.trace.closed = self.closed
+        return await self.trace.all(session_id)
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Forget the session: steps, data and summary."""
+        self.trace.closed = self.closed
+        had_steps = await self.trace.delete_session(session_id)
+        had_session = await super().delete_session(session_id)
+        return had_steps or had_session

@@ -10,7 +10,7 @@ import attrs
 from agentlooptest import Harness
 
 from . import sessions, steps
-from ._good import GoodSessions, GoodSteps
+from ._good import GoodBoth, GoodSessions, GoodSteps
 
 
 async def _same(store: Any) -> Any:
@@ -25,10 +25,10 @@ def _factory(cls: type) -> Callable[[], Awaitable[Any]]:
 
 
 def good_harness() -> Harness:
-    """The correct reference stores, with reopen giving the same handle."""
+    """The correct reference store (one object for both protocols); reopen gives the same one."""
     return Harness(
-        new_step_store=_factory(GoodSteps),
-        new_session_store=_factory(GoodSessions),
+        new_step_store=_factory(GoodBoth),
+        new_session_store=_factory(GoodBoth),
         reopen=_same,
     )
 
@@ -142,5 +142,6 @@ CATALOGUE: tuple[Broken, ...] = (
         Harness(new_session_store=_factory(GoodSessions), reopen=_forgetful),
     ),
     _sessions(sessions.PutKeepsRecency, "session.model-based"),
+    _sessions(sessions.DeleteLeavesSteps, "session.combined.one-session"),
 )
 """Every broken store; a test asserts each fails its expected clause."""

@@ -10,7 +10,7 @@ import trio
 
 from agentloop import FinalizeSummary, Session, SessionInfo, StoreError
 
-from ._good import GoodSessions, _Record
+from ._good import GoodBoth, GoodSessions, _Record
 
 
 class GetCreates(GoodSessions):
@@ -323,3 +323,10 @@ class PutKeepsRecency(GoodSessions):
         await super().put(session)
         if seq is not None:
             self.records[session.id].seq = seq
+
+
+class DeleteLeavesSteps(GoodBoth):
+    """One object for both protocols whose delete_session forgets the session but not its steps."""
+
+    async def delete_session(self, session_id: str) -> bool:
+        return await GoodSessions.delete_session(self, session_id)
