@@ -73,10 +73,11 @@ class _Contract:
                 "under asyncio; set asyncio_mode = strict (its default) for this suite",
                 pytrace=False,
             )
-        if not isinstance(harness, Harness):
+        if not isinstance(harness, Harness) or trio.lowlevel.in_trio_run():
             pytest.fail(
                 "agentlooptest: the `harness` fixture must be a plain (not async) fixture "
-                f"returning agentlooptest.Harness, got {harness!r:.100}",
+                f"returning agentlooptest.Harness (no async fixture in its chain: the "
+                f"contract probes the store before the trio test starts), got {harness!r:.100}",
                 pytrace=False,
             )
         clause = _BY_NAME[request.node.originalname]
