@@ -102,12 +102,22 @@ def _test(clause: Clause) -> Callable[[Any, Harness], Coroutine[Any, Any, None]]
 class StepStoreContract(_Contract):
     """The ``StepStore`` clauses as pytest tests; subclass as ``TestX`` and give ``harness``.
 
-    Example::
+    ``harness`` must be a plain (not async) fixture returning a
+    :class:`Harness` whose factories give a fresh, empty store per call::
 
         class TestMyStore(StepStoreContract):
             @pytest.fixture
             def harness(self, tmp_path):
-                return Harness(new_step_store=lambda: MyStore.open(tmp_path / "db"))
+                paths = (tmp_path / f"store-{i}.db" for i in itertools.count())
+
+                async def new_store():
+                    return await MyStore.open(next(paths))
+
+                return Harness(new_step_store=new_store)
+
+    Each clause is one test named after its id (``test_step_order_oldest_first``),
+    so ``-k`` selects clauses; a capability the store lacks is skipped with
+    its reason.
     """
 
 
