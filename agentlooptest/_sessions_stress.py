@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from agentloop import FinalizeSummary, RunStatus, Session, StoreClosedError
+from agentloop import FinalizeSummary, RunStatus, Session, StepStore, StoreClosedError
 from agentlooptest._cancel import Points, cancel_at, still_usable
 from agentlooptest._clause import Violation, clause, expect
-from agentlooptest._data import json_equal
+from agentlooptest._data import json_equal, step
 from agentlooptest._sessions_core import DONE, expect_data, expect_exists
-from agentlooptest._stores import open_sessions
+from agentlooptest._stores import Steps, open_sessions
 
 if TYPE_CHECKING:
     from agentlooptest._harness import Harness
@@ -217,17 +217,22 @@ async def _cancel_writes(h: Harness) -> None:
 
 @clause(
     "session.cancel.reads",
-    "get and exists cancelled at each checkpoint leave the store unchanged and usable",
+    "get, exists, final and list_sessions cancelled at each checkpoint leave the store usable",
     why="a read that leaks a lock or connection when cancelled wedges every later run",
 )
 async def _cancel_reads(h: Harness) -> None:
     async with open_sessions(h) as store:
         await _seed(store, "r")
         want = await _session_state(store, "r")
-        for what, read in (
+        reads: list[tuple[str, Callable[[], Awaitable[object]]]] = [
             ("get('r')", partial(store.get, "r")),
             ("exists('r')", partial(store.exists, "r")),
-        ):
+        ]
+        if hasattr(store, "final"):
+            reads.append(("final('r')", partial(store.final, "r")))
+        if hasattr(store, "list_sessions"):
+            reads.append(("list_sessions()", partial(store.list_sessions, limit=10)))
+        for what, read in reads:
             points = Points()
             for point in points:
                 points.finished(await cancel_at(read, point))
@@ -294,3 +299,47 @@ async def _closed(h: Harness) -> None:
                 "no error (aclose is idempotent)",
                 f"{type(exc).__name__}: {exc}",
             ) from None
+
+
+@clause(
+    "session.cancel.delete",
+    "delete_session cancelled at each checkpoint: the session is wholly there or wholly gone",
+    capability="delete_session",
+    why=(
+        "an erasure cut short must not leave a session half deleted: data gone but the "
+        "summary listed (or steps left behind) is state no later call can explain"
+    ),
+)
+async def _cancel_delete(h: Harness) -> None:
+    async with open_sessions(h) as store:
+        steps = Steps(h, store) if isinstance(store, StepStore) else None
+
+        async def state(sid: str) -> object:
+            seen = [await _session_state(store, sid)]
+            if steps is not None:
+                seen.append([s.content for s in await steps.last_n(sid, 10)])
+            return seen
+
+        async def seed(sid: str) -> None:
+            if steps is not None:
+                await steps.append_all([step(sid, k, content=f"seeded #{k}") for k in range(2)])
+            await _seed(store, sid)
+
+        await seed("reference")
+        before = await state("reference")
+        await store.delete_session("reference")
+        after = await state("reference")
+        points = Points()
+        for point in points:
+            sid = f"delete-{point}"
+            await seed(sid)
+            done = await cancel_at(partial(store.delete_session, sid), point)
+            points.finished(done)
+            got = await still_usable(f"reading {sid!r} back", partial(state, sid))
+            allowed = [after] if done else [before, after]
+            expect(
+                got in allowed,
+                did=f"delete_session({sid!r}), cancelled after {point} checkpoint(s), then read",
+                expected=" or ".join(repr(a) for a in allowed) + " (whole)",
+                got=got,
+            )

@@ -205,6 +205,35 @@ async def _cancel_reads(h: Harness) -> None:
         await _after_cancel(s, "r", sent, step("r", 9))
 
 
+@clause(
+    "step.cancel.delete",
+    "delete_session cancelled at each checkpoint: the steps are all there or all gone",
+    capability="delete_session",
+    why=(
+        "an erasure cut short must not leave a trace with holes: a half-deleted history "
+        "replays as a conversation that never happened"
+    ),
+)
+async def _cancel_delete(h: Harness) -> None:
+    async with open_steps(h) as s:
+        points = Points()
+        for point in points:
+            sid = f"cancel-delete-{point}"
+            sent = [step(sid, k) for k in range(5)]
+            await s.append_all(sent)
+            done = await cancel_at(partial(s.store.delete_session, sid), point)
+            points.finished(done)
+            got = await still_usable(f"last_n({sid!r}, 10)", partial(s.last_n, sid, 10))
+            expect(
+                got == [] if done else (got == [] or same_steps(sent, got)),
+                did=f"delete_session({sid!r}) on 5 steps, cancelled after {point} checkpoint(s), "
+                "then last_n",
+                expected="[]" if done else f"[] or all of {describe(sent)}",
+                got=describe(got),
+            )
+            await _after_cancel(s, sid, got, step(sid, 9, content="after the cancel"))
+
+
 async def _expect_closed(what: str, call: Callable[[], Awaitable[object]]) -> None:
     try:
         got = await call()
