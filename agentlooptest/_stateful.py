@@ -28,7 +28,7 @@ from hypothesis.stateful import (
 
 from agentloop import FinalizeSummary, RunStatus, RunStep, Session, StepType
 from agentlooptest._clause import Violation, clause
-from agentlooptest._data import T0, describe, json_equal, same_steps
+from agentlooptest._data import T0, describe, json_equal, mismatch, same_steps
 from agentlooptest._stores import Steps, aclose_quietly
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ class StepMachine(RuleBasedStateMachine):
         got = _call(self.steps.last_n, sid, n)
         want = self.model.get(sid, [])[-n:]
         assert same_steps(want, got), (
-            f"last_n({sid!r}, {n}) returned {describe(got)}; the model says {describe(want)}"
+            f"last_n({sid!r}, {n}) returned {mismatch(want, got)}; the model says {describe(want)}"
         )
 
     @precondition(lambda self: hasattr(self.steps.store, "all"))
@@ -115,7 +115,7 @@ class StepMachine(RuleBasedStateMachine):
         got = _call(self.steps.store.all, sid)
         want = self.model.get(sid, [])
         assert same_steps(want, got), (
-            f"all({sid!r}) returned {describe(got)}; model {describe(want)}"
+            f"all({sid!r}) returned {mismatch(want, got)}; model {describe(want)}"
         )
 
     @precondition(lambda self: hasattr(self.steps.store, "delete_session"))

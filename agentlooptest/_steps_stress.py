@@ -11,7 +11,7 @@ import trio
 from agentloop import RunStep, StoreClosedError
 from agentlooptest._cancel import Points, cancel_at, still_usable
 from agentlooptest._clause import Violation, clause, expect
-from agentlooptest._data import describe, same_steps, step
+from agentlooptest._data import describe, mismatch, same_steps, step
 from agentlooptest._stores import Steps, open_steps
 
 if TYPE_CHECKING:
@@ -160,14 +160,14 @@ async def _cancel_append(h: Harness) -> None:
                     same_steps([*before, new], got),
                     did=did + " (the append returned)",
                     expected=describe([*before, new]),
-                    got=describe(got),
+                    got=mismatch([*before, new], got),
                 )
             else:
                 expect(
                     same_steps(before, got) or same_steps([*before, new], got),
                     did=did,
                     expected=f"either {describe(before)} or {describe([*before, new])}, whole",
-                    got=describe(got),
+                    got=mismatch([*before, new], got),
                 )
             await _after_cancel(s, sid, got, step(sid, 2, content="after the cancel"))
 
