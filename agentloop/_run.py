@@ -38,13 +38,15 @@ T = TypeVar("T")
 def _canonical(data: Any) -> str | None:
     """The JSON text persisted for a working-memory value (``None`` stays ``None``).
 
+    Only the encoding is checked here; ``validate_json`` runs when the text is
+    about to be written, so a tool that leaves data unchanged costs one ``dumps``.
+
     Raises:
-        TypeError, ValueError: ``data`` is not a JSON value every store can keep.
+        TypeError, ValueError: ``data`` is not JSON-encodable.
     """
     if data is None:
         return None
-    text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    return validate_json(text, "data")
+    return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def _ms(seconds: float) -> int:
@@ -366,6 +368,8 @@ class Run:
             return f"Error: tool {call.name!r} failed: {exc!r}"
         try:
             canonical = _canonical(self._ctx.data)
+            if canonical != self._baseline and canonical is not None:
+                validate_json(canonical, "data")  # NUL or lone surrogates no store can keep
         except (TypeError, ValueError) as exc:
             self._restore_data()
             return f"Error: tool {call.name!r} left working memory that is not JSON: {exc}"
