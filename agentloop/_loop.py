@@ -150,6 +150,10 @@ class Loop:
             Exception: whatever the model raised, after an ``error`` step and
                 ``finalize(error)``.
 
+        ``run_timeout`` covers the whole run, ``get`` included; when it expires
+        before the history was loaded, no step is written (the next index is
+        unknown), only ``finalize(timeout)``.
+
         **Cancellation**: the run stops, records ``finalize(cancelled)`` in a
         shielded scope bounded by ``finalize_timeout``, then ``Cancelled``
         propagates. Steps appended before the cancellation stay.

@@ -95,6 +95,8 @@ class Run:
         self._messages: list[Message] = []
         self._sources: list[int] = []  # the step index each message came from
         self._finalized = False
+        self._get_failed = False
+        self._loaded = False  # last_n returned: the next step index is known
         self._abort_status: RunStatus | None = None
 
     # -- plumbing -------------------------------------------------------------------------
@@ -187,33 +189,40 @@ class Run:
     async def execute(self) -> RunResult:
         """Run to the end; see ``Loop.run`` for the guarantees."""
         self._emit(RunStarted(self._sid, self._message))
-        session = await self._store("get", self._sessions.get, self._sid)
         try:
             deadline = math.inf
             if self._config.run_timeout is not None:
                 deadline = self._started + self._config.run_timeout
             with trio.CancelScope(deadline=deadline) as scope:
-                status, text = await self._body(session)
+                status, text = await self._body()
             if not scope.cancelled_caught:
                 return await self._finish(status, text)
             self._abort_status = RunStatus.timeout
             with trio.move_on_after(self._config.finalize_timeout):
-                await self._append(
-                    StepType.error, f"run_timeout expired after {self._config.run_timeout}s"
-                )
+                if self._loaded:  # else the next step index is unknown: record no step
+                    await self._append(
+                        StepType.error, f"run_timeout expired after {self._config.run_timeout}s"
+                    )
                 return await self._finish(RunStatus.timeout, "")
             raise StoreError(
                 f"recording the timeout of session {self._sid!r} did not finish "
                 f"within finalize_timeout ({self._config.finalize_timeout}s)"
             )
         except BaseException as exc:
-            await self._abort(exc)
+            if not self._get_failed:  # a failed get writes nothing, finalize included
+                await self._abort(exc)
             raise
 
-    async def _body(self, session: Session) -> tuple[RunStatus, str]:
+    async def _body(self) -> tuple[RunStatus, str]:
         config = self._config
+        try:
+            session = await self._store("get", self._sessions.get, self._sid)
+        except StoreError:
+            self._get_failed = True
+            raise
         window = await self._store("last_n", self._steps.last_n, self._sid, config.history_window)
         self._next_index = next_step_index(window)
+        self._loaded = True
         self._messages, self._sources = replay(window)
         self._snapshot = session.data
         data = parse_json(session.data, "data") if session.data is not None else None

@@ -71,3 +71,23 @@ class SlowFinalize(agentloopmem.SessionStore):
         self.finalize_calls += 1
         await trio.sleep(self.delay)
         await super().finalize(session_id, summary)
+
+
+class SlowLastN(agentloopmem.StepStore):
+    """``last_n`` sleeps ``delay`` seconds first (0 by default: set it between runs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.delay = 0.0
+
+    async def last_n(self, session_id: str, n: int) -> list[RunStep]:
+        await trio.sleep(self.delay)
+        return await super().last_n(session_id, n)
+
+
+class SlowGet(agentloopmem.SessionStore):
+    """``get`` sleeps forever."""
+
+    async def get(self, session_id: str) -> Session:
+        await trio.sleep(math.inf)
+        raise AssertionError("unreachable")

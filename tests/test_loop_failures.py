@@ -7,7 +7,15 @@ import json
 import pytest
 import trio
 import trio.testing
-from _loop_helpers import FailingGet, FailingSteps, SlowFinalize, SlowModel, call
+from _loop_helpers import (
+    FailingGet,
+    FailingSteps,
+    SlowFinalize,
+    SlowGet,
+    SlowLastN,
+    SlowModel,
+    call,
+)
 
 import agentloopmem
 from agentloop import (
@@ -190,8 +198,45 @@ class TestBudgets:
         assert (await _steps(loop))[-1] == (StepType.error, "run_timeout expired after 30s")
         assert await _final_status(loop) is RunStatus.timeout
 
+    async def test_timeout_before_history_loaded_appends_nothing(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """A timeout while last_n runs records timeout but no step (its index is unknown)."""
+        steps = SlowLastN()
+        loop = Loop(model=ScriptedModel(["a", "b"]), steps=steps, config=LoopConfig(run_timeout=5))
+        await loop.run("s", "first")
+        steps.delay = 10
+        result = await loop.run("s", "second")
+        assert (result.status, result.steps) == (RunStatus.timeout, 0)
+        assert await _final_status(loop) is RunStatus.timeout
+        steps.delay = 0
+        await loop.run("s", "third")
+        assert [s.step_index for s in await steps.all("s")] == [0, 1, 2, 3]
+
+    async def test_timeout_during_get_is_recorded(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """A get that outlasts run_timeout ends the run as timeout, with no step."""
+        loop = Loop(model=ScriptedModel([]), sessions=SlowGet(), config=LoopConfig(run_timeout=5))
+        result = await loop.run("s", "hi")
+        assert (result.status, result.steps) == (RunStatus.timeout, 0)
+        assert await loop.steps.last_n("s", 5) == []
+        assert await _final_status(loop) is RunStatus.timeout
+
 
 class TestCancellation:
+    async def test_cancelled_during_get_records_cancelled(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """A run cancelled while get waits is finalized as cancelled with no step."""
+        loop = Loop(model=ScriptedModel([]), sessions=SlowGet())
+        with trio.move_on_after(1) as scope:
+            await loop.run("s", "hi")
+        assert scope.cancelled_caught
+        final = await loop.sessions.final("s")  # type: ignore[attr-defined]
+        assert (final.status, final.step_count) == (RunStatus.cancelled, 0)
+        assert await loop.steps.last_n("s", 5) == []
+
     async def test_outside_cancellation_records_cancelled(
         self, autojump_clock: trio.testing.MockClock
     ) -> None:
