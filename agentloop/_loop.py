@@ -156,7 +156,8 @@ class Loop:
 
         **Cancellation**: the run stops, records ``finalize(cancelled)`` in a
         shielded scope bounded by ``finalize_timeout``, then ``Cancelled``
-        propagates. Steps appended before the cancellation stay.
+        propagates. Steps appended before the cancellation stay. A run cancelled
+        while it waits for its session lock has not started and records nothing.
         """
         validate_session_id(session_id)
         check_text(message, "message")

@@ -133,7 +133,10 @@ def _check_value(value: object, hint: object, name: str) -> None:
 def _build(fn: Callable[..., Awaitable[str]], name: str | None, description: str | None) -> Tool:
     if not inspect.iscoroutinefunction(fn):
         raise TypeError(f"@tool needs an async function, got {preview(fn)}")
-    hints = typing.get_type_hints(fn)
+    try:
+        hints = typing.get_type_hints(fn)
+    except NameError as exc:
+        raise TypeError(f"@tool could not resolve the annotations of {preview(fn)}: {exc}") from exc
     signature = inspect.signature(fn)
     ctx_param: str | None = None
     properties: dict[str, Any] = {}

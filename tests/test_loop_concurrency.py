@@ -98,4 +98,11 @@ class TestConcurrency:
                 nursery.start_soon(loop.run, f"s{i % 3}", f"s{i % 3}:m{i}")
         with trio.move_on_after(0.05):
             await loop.run("cancelled", "cancelled:x")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(loop.run, "busy", "busy:first")
+            await trio.sleep(0.01)
+            with trio.move_on_after(0.02):
+                await loop.run("busy", "busy:never starts")  # cancelled while waiting
         assert loop._locks == {}
+        steps = await loop.steps.all("busy")  # type: ignore[attr-defined]
+        assert [s.content for s in steps] == ["busy:first", "echo busy:first"]

@@ -125,3 +125,12 @@ class TestDecorator:
             tool(bare)
         with pytest.raises(TypeError, match=r"^@tool parameter 'x' must be annotated with str"):
             tool(odd)
+
+    def test_unresolvable_annotation(self) -> None:
+        """An annotation naming something that does not exist is a TypeError."""
+
+        async def f(x: Missing) -> str:  # type: ignore[name-defined]  # noqa: F821
+            return ""
+
+        with pytest.raises(TypeError, match=r"^@tool could not resolve the annotations"):
+            tool(f)
