@@ -220,11 +220,11 @@ class Run:
         except StoreError:
             self._get_failed = True
             raise
+        self._snapshot = session.data
         window = await self._store("last_n", self._steps.last_n, self._sid, config.history_window)
         self._next_index = next_step_index(window)
         self._loaded = True
         self._messages, self._sources = replay(window)
-        self._snapshot = session.data
         data = parse_json(session.data, "data") if session.data is not None else None
         self._ctx = ToolContext(self._sid, data)
         self._baseline = _canonical(self._ctx.data)
