@@ -91,3 +91,15 @@ class SlowGet(agentloopmem.SessionStore):
     async def get(self, session_id: str) -> Session:
         await trio.sleep(math.inf)
         raise AssertionError("unreachable")
+
+
+class CountingSessions(agentloopmem.SessionStore):
+    """Counts ``finalize`` calls per session."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.finalize_calls: dict[str, int] = {}
+
+    async def finalize(self, session_id: str, summary: FinalizeSummary) -> None:
+        self.finalize_calls[session_id] = self.finalize_calls.get(session_id, 0) + 1
+        await super().finalize(session_id, summary)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import trio
-from _loop_helpers import SlowModel, call
+from _loop_helpers import CountingSessions, SlowModel, call
 
 import agentloopmem
 from agentloop import (
@@ -193,6 +193,18 @@ class TestWorkingMemory:
         final = await loop.sessions.final("s")  # type: ignore[attr-defined]
         assert final.data_bytes_carried == len(data.encode("utf-8")) > len(data)
 
+    async def test_tool_context_names_the_session(self) -> None:
+        """ctx.session_id is the id of the session the run is for."""
+        seen: list[str] = []
+
+        async def who(args: dict[str, object], ctx: ToolContext) -> str:
+            seen.append(ctx.session_id)
+            return ctx.session_id
+
+        loop = Loop(model=ScriptedModel([call("who"), "ok"]), tools=[Tool("who", "", {}, who)])
+        await loop.run("Session-Ä", "hi")
+        assert seen == ["Session-Ä"]
+
 
 class TestIndices:
     async def test_indices_monotonic_across_runs_beyond_the_window(self) -> None:
@@ -236,6 +248,27 @@ class TestResultAndEvents:
         assert (final.prompt_tokens, final.completion_tokens) == (30, 7)
         assert final.duration_ms == result.duration_ms
         assert final.status is RunStatus.completed
+
+    async def test_finalize_exactly_once_per_run(self) -> None:
+        """Every way a run ends calls finalize once: completed, tool error, budget, model error."""
+        sessions = CountingSessions()
+        model = ScriptedModel(
+            ["done", call("missing"), "recovered", call("recall"), call("recall")]
+        )
+        loop = Loop(
+            model=model, sessions=sessions, tools=[recall], config=LoopConfig(max_iterations=2)
+        )
+        await loop.run("completed", "hi")
+        await loop.run("tool-error", "hi")
+        await loop.run("max-iterations", "hi")
+        with pytest.raises(RuntimeError):
+            await loop.run("model-error", "hi")
+        assert sessions.finalize_calls == {
+            "completed": 1,
+            "tool-error": 1,
+            "max-iterations": 1,
+            "model-error": 1,
+        }
 
     async def test_duration_measured_on_trio_clock(
         self, autojump_clock: trio.testing.MockClock
