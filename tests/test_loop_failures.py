@@ -251,6 +251,24 @@ class TestCancellation:
         final = await loop.sessions.final("s")  # type: ignore[attr-defined]
         assert (final.status, final.step_count) == (RunStatus.cancelled, 1)
 
+    async def test_cancelled_inside_a_tool_nursery(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """A cancellation surfacing as a tool nursery's exception group is still cancelled."""
+
+        async def fan_out(args: dict[str, object], ctx: ToolContext) -> str:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(trio.sleep_forever)
+                nursery.start_soon(trio.sleep_forever)
+            return "never"
+
+        tools = [Tool("fan_out", "", {}, fan_out)]
+        loop = Loop(model=ScriptedModel([call("fan_out")]), tools=tools)
+        with trio.move_on_after(1) as scope:
+            await loop.run("s", "hi")
+        assert scope.cancelled_caught
+        assert await _final_status(loop) is RunStatus.cancelled
+
     async def test_cancelled_finalize_is_shielded(
         self, autojump_clock: trio.testing.MockClock
     ) -> None:
