@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
@@ -72,6 +73,11 @@ class Loop:
             raise TypeError(f"config must be a LoopConfig, got {preview(config)}")
         if on_event is not None and not callable(on_event):
             raise TypeError(f"on_event must be a callable or None, got {preview(on_event)}")
+        if inspect.iscoroutinefunction(on_event):
+            raise TypeError(
+                f"on_event must be a plain (sync) callable, it is called inline; "
+                f"got the async function {preview(on_event)}"
+            )
         if compactor is not None and not isinstance(compactor, Compactor):
             raise TypeError(
                 f"compactor must have an async compact(messages) method, got {preview(compactor)}"

@@ -120,6 +120,8 @@ class TestLoopArguments:
             Loop(model=model, tools=[noop])  # type: ignore[list-item]
         with pytest.raises(TypeError, match=r"^on_event must be a callable"):
             Loop(model=model, on_event=3)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"^on_event must be a plain \(sync\) callable"):
+            Loop(model=model, on_event=noop)  # type: ignore[arg-type]
         with pytest.raises(TypeError, match=r"^compactor must have an async compact"):
             Loop(model=model, compactor=object())  # type: ignore[arg-type]
 
