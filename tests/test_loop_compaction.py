@@ -15,9 +15,11 @@ from agentloop import (
     Loop,
     LoopWarning,
     Message,
+    ModelReply,
     RunStatus,
     ScriptedModel,
     StepType,
+    ToolCall,
 )
 
 
@@ -76,6 +78,20 @@ class TestCompaction:
             "u4",
         ]
         assert compactor.seen[3][0] == summary_message
+
+    async def test_runs_once_per_run(self) -> None:
+        """The compactor is called once per run, however many model calls the run makes."""
+        compactor = ThresholdCompactor(limit=100)
+        replies = [
+            ModelReply(tool_calls=(ToolCall("a", "missing", "{}"),)),
+            ModelReply(tool_calls=(ToolCall("b", "missing", "{}"),)),
+            "done",
+            "again",
+        ]
+        loop = Loop(model=ScriptedModel(replies), compactor=compactor)
+        await loop.run("s", "one")
+        await loop.run("s", "two")
+        assert [len(seen) for seen in compactor.seen] == [1, 7]
 
     async def test_compaction_tokens_count_toward_the_run(self) -> None:
         """Compaction tokens are added to the run's totals and carried on the summary step."""
