@@ -102,6 +102,11 @@ def _status(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     _check_member(RunStatus, attribute.name, value)
 
 
+def _optional_status(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        _check_member(RunStatus, attribute.name, value)
+
+
 def _to_utc(value: object) -> object:
     if isinstance(value, datetime) and value.utcoffset() is not None:
         return value.astimezone(UTC)
@@ -132,6 +137,35 @@ class Session:
     model: str = attrs.field(default="", validator=_short_text)
     system_prompt: str = attrs.field(default="", validator=_text)
     data: str | None = attrs.field(default=None, validator=_optional_json_text)
+
+    def with_data(self, data: str | None) -> Session:
+        """A copy with ``data`` replaced; only the new ``data`` is validated.
+
+        The other fields were validated when ``self`` was built, so this is the
+        cheap path for stores that replace working memory on every write.
+
+        Raises:
+            TypeError: ``data`` is neither ``str`` nor ``None``.
+            ValueError: ``data`` is not JSON text a store can keep.
+        """
+        if data is not None:
+            validate_json(data, "data")
+        return replace_checked_data(self, data)
+
+
+def replace_checked_data(session: Session, data: str | None) -> Session:
+    """``session`` with ``data`` swapped in, skipping validation: ``data`` must be checked already.
+
+    For stores that validate a snapshot outside their lock and swap it in
+    under it; everything else uses :meth:`Session.with_data`.
+    """
+    copy = object.__new__(Session)
+    setattr_ = object.__setattr__  # the frozen class's own __setattr__ refuses
+    setattr_(copy, "id", session.id)
+    setattr_(copy, "model", session.model)
+    setattr_(copy, "system_prompt", session.system_prompt)
+    setattr_(copy, "data", data)
+    return copy
 
 
 @attrs.frozen
@@ -211,9 +245,7 @@ class SessionInfo:
     """
 
     id: str = attrs.field(validator=_session_id)
-    status: RunStatus | None = attrs.field(
-        validator=attrs.validators.optional(attrs.validators.instance_of(RunStatus))
-    )
+    status: RunStatus | None = attrs.field(converter=_to_status, validator=_optional_status)
     step_count: int = attrs.field(validator=_int64)
     created_at: datetime = attrs.field(converter=_to_utc, validator=_aware_datetime)
     updated_at: datetime = attrs.field(converter=_to_utc, validator=_aware_datetime)
