@@ -192,10 +192,12 @@ async def _list_limit(h: Harness) -> None:
                 expected=repr(newest[:limit]),
                 got=got,
             )
+        listed = await _listed(store)
+        listed.clear()
         default = [i.id for i in await store.list_sessions()]
         expect(
             default == newest,
-            did="list_sessions() with the default limit",
+            did="cleared a list list_sessions() returned, then list_sessions() (default limit)",
             expected=repr(newest),
             got=default,
         )

@@ -7,7 +7,7 @@ from broken.catalogue import CATALOGUE, Broken, good_harness
 
 import agentlooptest._cancel
 import agentlooptest._stateful
-from agentlooptest import CLAUSES, certify
+from agentlooptest import CLAUSES, certify, memory_harness
 
 
 @pytest.fixture(autouse=True)
@@ -38,3 +38,15 @@ def test_every_clause_catches_a_broken_store() -> None:
     """Breadth: each clause is the expected catch of at least one broken store."""
     expected = {b.expected for b in CATALOGUE}
     assert [c.id for c in CLAUSES if c.id not in expected] == []
+
+
+async def test_agentloopmem_passes_everything() -> None:
+    """The in-memory stores pass every clause; only durability and one-object clauses skip."""
+    report = await certify(memory_harness())
+    assert report.failed == (), "\n\n".join(r.message for r in report.failed)
+    assert {r.id for r in report.skipped} == {
+        "step.durable",
+        "session.durable",
+        "session.combined.one-session",
+    }
+    assert report.verdict.startswith("CERTIFIED")
