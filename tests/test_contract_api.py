@@ -144,3 +144,54 @@ def test_core_packages_import_without_the_extra() -> None:
     code = _BLOCK + "import agentloop, agentloopmem\nprint('ok')\n"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert run.stdout.strip() == "ok"
+
+
+class _NeedsSession:
+    """A step store with a foreign key: appends need the session registered first."""
+
+    def __init__(self) -> None:
+        from agentloopmem import StepStore
+
+        self.inner = StepStore()
+        self.known: set[str] = set()
+        self.ensured: list[str] = []
+
+    async def register(self, session_id: str) -> None:
+        self.ensured.append(session_id)
+        self.known.add(session_id)
+
+    async def append(self, step: object) -> None:
+        from agentloop import RunStep
+
+        if isinstance(step, RunStep) and step.session_id not in self.known:
+            raise ValueError(f"no session row for {step.session_id!r}")
+        await self.inner.append(step)  # type: ignore[arg-type]
+
+    async def last_n(self, session_id: str, n: int) -> list[object]:
+        return list(await self.inner.last_n(session_id, n))
+
+
+async def _new_fk() -> _NeedsSession:
+    return _NeedsSession()
+
+
+async def _ensure(store: _NeedsSession, session_id: str) -> None:
+    await store.register(session_id)
+
+
+async def test_ensure_session_prepares_foreign_keys() -> None:
+    """With ensure_session, a store whose steps need a session row passes; without, it fails."""
+    with_hook = await certify(Harness(new_step_store=_new_fk, ensure_session=_ensure))
+    assert with_hook.failed == (), "\n\n".join(r.message for r in with_hook.failed)
+    without = await certify(Harness(new_step_store=_new_fk), pattern="step.order.oldest-first")
+    assert not without.ok
+
+
+def test_readme_example_compiles() -> None:
+    """The README's pytest example is valid Python."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Certify your own store") :]
+    code = section[section.index("```python\n") + len("```python\n") :]
+    compile(code[: code.index("```")], "README.md", "exec")
