@@ -50,3 +50,11 @@ async def test_agentloopmem_passes_everything() -> None:
         "session.combined.one-session",
     }
     assert report.verdict.startswith("CERTIFIED")
+
+
+async def test_reserializing_json_is_allowed() -> None:
+    """A store that re-serializes JSON (sorted keys, no spaces, like JSONB) passes every clause."""
+    from broken.catalogue import reserializing_harness
+
+    report = await certify(reserializing_harness())
+    assert report.failed == (), "\n\n".join(r.message for r in report.failed)

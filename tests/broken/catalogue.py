@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
 
+from agentloop import RunStep
 from agentlooptest import Harness
 
 from . import sessions, steps
@@ -76,6 +79,7 @@ CATALOGUE: tuple[Broken, ...] = (
     _steps(steps.WindowWraps, "step.window.sizes"),
     _steps(steps.CapsHistory, "step.window.long-history"),
     _steps(steps.SortsByIndex, "step.order.insertion-not-index"),
+    _steps(steps.IndexPrimaryKey, "step.order.insertion-not-index"),
     _steps(steps.SortsByTime, "step.order.insertion-not-time"),
     _steps(steps.GlobalWindow, "step.order.interleaved-sessions"),
     _steps(steps.LosesStepType, "step.roundtrip.fields"),
@@ -112,6 +116,7 @@ CATALOGUE: tuple[Broken, ...] = (
     _sessions(sessions.GetRaises, "session.get.unknown-returns-id"),
     _sessions(sessions.GetCreates, "session.get.unknown-creates-nothing"),
     _sessions(sessions.FinalizeDoesNotCreate, "session.write.creates"),
+    _sessions(sessions.ExistsMeansData, "session.write.creates"),
     _sessions(sessions.FirstDataWins, "session.data.latest-wins"),
     _sessions(sessions.NoneIgnored, "session.data.none"),
     _sessions(sessions.NullBecomesNone, "session.data.json-null"),
@@ -135,6 +140,7 @@ CATALOGUE: tuple[Broken, ...] = (
     _sessions(sessions.PutDropsPrompt, "session.put.seeds-get"),
     _sessions(sessions.UpdateRewritesRow, "session.put.update-keeps-settings"),
     _sessions(sessions.FinalKeepsFirst, "session.final.latest"),
+    _sessions(sessions.ClipsBytesCarried, "session.final.latest"),
     _sessions(sessions.ListsByClock, "session.list.order"),
     _sessions(sessions.ListIgnoresLimit, "session.list.limit"),
     _sessions(sessions.ListLatestCount, "session.list.fields"),
@@ -148,3 +154,31 @@ CATALOGUE: tuple[Broken, ...] = (
     _sessions(sessions.DeleteLeavesSteps, "session.combined.one-session"),
 )
 """Every broken store; a test asserts each fails its expected clause."""
+
+
+class _Reserializing(GoodBoth):
+    """Keeps JSON documents re-serialized (sorted keys, compact), as JSONB columns do."""
+
+    @staticmethod
+    def _canon(text: str) -> str:
+        return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
+
+    async def append(self, step: RunStep) -> None:
+        if isinstance(step, RunStep):
+            step = attrs.evolve(step, tool_args=self._canon(step.tool_args))
+        await super().append(step)
+
+    async def update_data(self, session_id: str, snapshot: str | None) -> None:
+        if isinstance(snapshot, str):
+            with contextlib.suppress(ValueError):  # left for the store's check, which refuses it
+                snapshot = self._canon(snapshot)
+        await super().update_data(session_id, snapshot)
+
+
+def reserializing_harness() -> Harness:
+    """The reference store, re-serializing every JSON document it keeps."""
+    return Harness(
+        new_step_store=_factory(_Reserializing),
+        new_session_store=_factory(_Reserializing),
+        reopen=_same,
+    )

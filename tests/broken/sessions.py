@@ -353,3 +353,27 @@ class PartialDelete(GoodSessions):
             record.session = Session(session_id)
             await trio.lowlevel.checkpoint()
         return await super().delete_session(session_id)
+
+
+class ExistsMeansData(GoodSessions):
+    """exists checks for a data snapshot, so a session written with None data does not exist."""
+
+    async def exists(self, session_id: str) -> bool:
+        record = self.records.get(session_id)
+        await self.enter()
+        await self.leave()
+        return record is not None and record.session.data is not None
+
+
+class ClipsBytesCarried(GoodSessions):
+    """Keeps data_bytes_carried in an int32 column, clipping larger values."""
+
+    async def finalize(self, session_id: str, summary: FinalizeSummary) -> None:
+        import attrs
+
+        clipped = (
+            min(summary.data_bytes_carried, 2**31 - 1)
+            if isinstance(summary, FinalizeSummary)
+            else 0
+        )
+        await super().finalize(session_id, attrs.evolve(summary, data_bytes_carried=clipped))

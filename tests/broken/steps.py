@@ -310,3 +310,16 @@ class PartialDelete(GoodSteps):
             await trio.lowlevel.checkpoint()
         del self.steps[session_id]
         return True
+
+
+class IndexPrimaryKey(GoodSteps):
+    """Keys steps by (session, step_index) and replaces on conflict: repeated indices overwrite."""
+
+    async def append(self, step: RunStep) -> None:
+        await super().append(step)
+        steps = self.steps[step.session_id]
+        earlier = [k for k, s in enumerate(steps[:-1]) if s.step_index == step.step_index]
+        for k in earlier:
+            steps[k] = steps[-1]
+        if earlier:
+            steps.pop()
