@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from agentlooptest._clause import Clause, Violation, format_violation
-from agentlooptest._report import ClauseResult
+from agentlooptest._report import ClauseResult, Outcome
 
 if TYPE_CHECKING:
     from agentlooptest._harness import Harness
@@ -76,7 +76,7 @@ async def run_clause(
 ) -> ClauseResult:
     """Run ``clause`` and record its outcome; never raises for a store's failure."""
     start = time.perf_counter()
-    outcome: str = "passed"
+    outcome: Outcome = "passed"
     message = ""
     try:
         await run_check(clause, harness, clause_timeout=clause_timeout)
@@ -94,7 +94,7 @@ async def run_clause(
         title=clause.title,
         protocol=clause.protocol,
         capability=clause.capability,
-        outcome=outcome,  # type: ignore[arg-type]
+        outcome=outcome,
         message=message,
         duration=time.perf_counter() - start,
     )
