@@ -28,7 +28,7 @@ from typing import Any, Generic, TypeVar
 import outcome
 import trio
 
-from agentloop import StoreClosedError, StoreUnavailableError
+from agentloop import StoreClosedError, StoreError, StoreUnavailableError
 
 R = TypeVar("R")
 
@@ -113,9 +113,7 @@ class ConnectionThread:
             if self._closing:
                 raise StoreClosedError(f"{self._owner} is closed")
             if self._dead is not None:
-                raise StoreUnavailableError(
-                    f"{self._owner}'s connection is gone: {self._dead}", self._dead
-                )
+                raise self._dead_error()
             self._queue.append(job)
             self._cond.notify()
 
@@ -137,7 +135,7 @@ class ConnectionThread:
         try:
             conn = self._connect()
         except BaseException as exc:
-            self._die(unavailable(exc) if isinstance(exc, sqlite3.Error) else exc)
+            self._die(exc)
             return
         try:
             while True:
@@ -164,10 +162,16 @@ class ConnectionThread:
             orphans = list(self._queue)
             self._queue.clear()
         for job in orphans:
-            job.result = outcome.Error(
-                StoreUnavailableError(f"{self._owner}'s connection is gone: {exc}", exc)
-            )
+            job.result = outcome.Error(self._dead_error())
         self._hand_back(orphans)
+
+    def _dead_error(self) -> StoreError:
+        exc = self._dead
+        if isinstance(exc, StoreError):
+            return exc  # e.g. a schema too new: the caller must see that, not "unavailable"
+        if isinstance(exc, sqlite3.Error):
+            return unavailable(exc)
+        return StoreUnavailableError(f"{self._owner}'s connection thread died: {exc!r}", exc)
 
     def _run_batch(self, conn: sqlite3.Connection, batch: list[_Job[Any]]) -> None:
         if not any(job.write for job in batch):
