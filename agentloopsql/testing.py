@@ -22,10 +22,9 @@ import secrets
 import tempfile
 import threading
 
-from agentlooptest import Harness
-
 from agentloopsql._postgres import PostgresStore
 from agentloopsql._sqlite import SqliteStore
+from agentlooptest import Harness
 
 __all__ = ["DSN_VARIABLE", "drop_test_schemas", "postgres", "sqlite"]
 

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-
 from _sql_support import drop_schema, new_schema_name, pg_dsn
+
 from agentloop import FinalizeSummary, RunStep, Session
 from agentloopsql import PostgresStore, SqliteStore
 
@@ -22,7 +22,7 @@ ODD_IDS = [
     "\\x00 not a nul",
     "  padded  ",
     "🙂 emoji id 🚀",
-    "ı İ ß ẞ",
+    "\u0131 \u0130 \u00df \u1e9e",  # dotless i, dotted I, sharp s both cases
 ]
 
 
@@ -63,7 +63,8 @@ async def test_ids_differing_in_case_are_distinct(store: Store) -> None:
     for index, sid in enumerate(["Agent", "agent", "AGENT", "straße", "STRASSE"]):
         assert [s.step_index for s in await store.all(sid)] == [index]
         data = (await store.get(sid)).data
-        assert data is not None and json.loads(data) == {"who": sid}
+        assert data is not None
+        assert json.loads(data) == {"who": sid}
 
 
 async def test_megabyte_content(store: Store) -> None:
@@ -96,7 +97,8 @@ async def test_json_documents_are_json_equal(store: Store) -> None:
     [back] = await store.all("j")
     assert json.loads(back.tool_args) == json.loads(doc)
     data = (await store.get("j")).data
-    assert data is not None and json.loads(data) == json.loads(doc)
+    assert data is not None
+    assert json.loads(data) == json.loads(doc)
 
 
 async def test_extreme_numbers_and_times(store: Store) -> None:
