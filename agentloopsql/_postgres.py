@@ -169,7 +169,7 @@ class PostgresStore(SqlStoreBase["Conn"]):
         except _Lost as lost:
             raise StoreUnavailableError(
                 f"PostgreSQL connection lost, and again on the retry: {lost.cause}", lost.cause
-            )
+            ) from lost.cause
 
     def _once(self, fn: Callable[[Conn], R]) -> R:
         import psycopg
@@ -180,12 +180,12 @@ class PostgresStore(SqlStoreBase["Conn"]):
             with self._pool.connection() as conn:
                 return fn(conn)
         except psycopg_pool.PoolTimeout as exc:
-            raise StoreUnavailableError(f"no PostgreSQL connection available: {exc}", exc)
+            raise StoreUnavailableError(f"no PostgreSQL connection available: {exc}", exc) from exc
         except psycopg.Error as exc:
             if conn is not None and (conn.broken or conn.closed):
                 raise _Lost(exc) from None
             if isinstance(exc, psycopg.OperationalError):
-                raise StoreUnavailableError(f"PostgreSQL failed: {exc}", exc)
+                raise StoreUnavailableError(f"PostgreSQL failed: {exc}", exc) from exc
             raise StoreError(f"PostgreSQL refused the statement: {exc}") from exc
 
     async def aclose(self) -> None:
@@ -257,6 +257,6 @@ def _start(pool: psycopg_pool.ConnectionPool[Any], schema: str | None, timeout: 
             migrate(conn, schema)
             return schema, PgOps(conn, schema)
     except psycopg_pool.PoolTimeout as exc:
-        raise StoreUnavailableError(f"could not connect to PostgreSQL: {exc}", exc)
+        raise StoreUnavailableError(f"could not connect to PostgreSQL: {exc}", exc) from exc
     except psycopg.Error as exc:
-        raise StoreUnavailableError(f"PostgreSQL refused to open the store: {exc}", exc)
+        raise StoreUnavailableError(f"PostgreSQL refused to open the store: {exc}", exc) from exc

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-
 from _sql_support import drop_schema, fresh_schema, new_schema_name, pg_dsn
+
 from agentloop import (
     FinalizeSummary,
     RunStep,
@@ -108,18 +108,19 @@ class TestOpen:
 
     async def test_schemas_isolate(self, dsn: str) -> None:
         """Two stores in two schemas of one database never see each other's rows."""
-        async with fresh_schema(dsn) as one, fresh_schema(dsn) as two:
-            async with (
-                await PostgresStore.open(dsn, schema=one, pool_size=1) as a,
-                await PostgresStore.open(dsn, schema=two, pool_size=1) as b,
-            ):
-                await a.append(step("s", 0))
-                await a.put(Session("s", model="a"))
-                assert await b.all("s") == []
-                assert not await b.exists("s")
-                assert await b.list_sessions() == []
-                assert a.schema == one
-                assert b.schema == two
+        async with (
+            fresh_schema(dsn) as one,
+            fresh_schema(dsn) as two,
+            await PostgresStore.open(dsn, schema=one, pool_size=1) as a,
+            await PostgresStore.open(dsn, schema=two, pool_size=1) as b,
+        ):
+            await a.append(step("s", 0))
+            await a.put(Session("s", model="a"))
+            assert await b.all("s") == []
+            assert not await b.exists("s")
+            assert await b.list_sessions() == []
+            assert a.schema == one
+            assert b.schema == two
 
     async def test_default_schema_is_current_schema(self, dsn: str) -> None:
         """schema=None puts the tables in the connection's current schema."""
@@ -281,17 +282,19 @@ class TestCancellation:
 
     async def test_cancelled_while_waiting_does_nothing(self, dsn: str) -> None:
         """An append cancelled while waiting for a pool slot never happens."""
-        async with fresh_schema(dsn) as schema:
-            async with await PostgresStore.open(dsn, schema=schema, pool_size=1) as pg:
-                gate = threading.Event()
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(partial(pg._run, lambda conn: gate.wait(), write=False))
-                    await trio.testing.wait_all_tasks_blocked()
-                    with trio.move_on_after(0) as scope:
-                        await pg.append(step("s", 0))
-                    assert scope.cancelled_caught
-                    gate.set()
-                assert await pg.all("s") == []
+        async with (
+            fresh_schema(dsn) as schema,
+            await PostgresStore.open(dsn, schema=schema, pool_size=1) as pg,
+        ):
+            gate = threading.Event()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(partial(pg._run, lambda conn: gate.wait(), write=False))
+                await trio.testing.wait_all_tasks_blocked()
+                with trio.move_on_after(0) as scope:
+                    await pg.append(step("s", 0))
+                assert scope.cancelled_caught
+                gate.set()
+            assert await pg.all("s") == []
 
     async def test_cancelled_while_running_completes(self, store: PostgresStore) -> None:
         """A call cancelled while its statement runs finishes and returns normally."""
