@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import trio
-
 from _sql_support import fresh_schema, pg_dsn
+
 from agentloop import RunStep
 from agentloopsql import PostgresStore, SqliteStore
 
