@@ -1,0 +1,154 @@
+"""``certify(harness)``: every clause against the harness's stores, without pytest."""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from agentlooptest._clause import CAPABILITIES, REOPEN, Clause, Violation, format_violation
+from agentlooptest._registry import CLAUSES
+from agentlooptest._report import ClauseResult, Outcome, Report
+from agentlooptest._run import CLAUSE_TIMEOUT, run_clause
+from agentlooptest._stores import probe, skip_reason
+
+if TYPE_CHECKING:
+    from agentlooptest._harness import Harness
+
+_PROTOCOLS = {"step": "StepStore", "session": "SessionStore"}
+
+
+def matches(clause: Clause, pattern: str | None) -> bool:
+    """Whether ``pattern`` selects ``clause``: a substring of its id, or a glob with ``*?[``."""
+    if not pattern:
+        return True
+    if any(ch in pattern for ch in "*?["):
+        return fnmatch.fnmatchcase(clause.id, pattern)
+    return pattern in clause.id
+
+
+async def certify(
+    harness: Harness,
+    *,
+    pattern: str | None = None,
+    on_start: Callable[[Clause, int, int], None] | None = None,
+    on_result: Callable[[ClauseResult], None] | None = None,
+    clause_timeout: float = CLAUSE_TIMEOUT,
+) -> Report:
+    """Run every clause the harness's stores can be held to and report how each fared.
+
+    ``pattern`` keeps only clauses whose id contains it (or matches it, as a
+    glob, when it holds ``*``, ``?`` or ``[``). ``on_start(clause, i, total)``
+    and ``on_result(result)`` are called around each clause (progress
+    display). A clause that runs longer than ``clause_timeout`` seconds fails as hung.
+
+    Never raises for a broken store: its failures are in the report.
+    """
+    start = time.perf_counter()
+    chosen = [c for c in CLAUSES if matches(c, pattern)]
+    capabilities: dict[str, frozenset[str]] = {}
+    broken: dict[str, str] = {}
+    for protocol in _PROTOCOLS:
+        if _factory(harness, protocol) is None or not any(c.protocol == protocol for c in chosen):
+            continue
+        try:
+            capabilities[protocol] = await probe(harness, protocol)
+        except Violation as violation:
+            broken[protocol] = _factory_failure(protocol, violation)
+        except Exception as exc:
+            broken[protocol] = (
+                f"[{protocol}] opening a store with the harness failed: "
+                f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exception(exc))
+            )
+    results: list[ClauseResult] = []
+    for i, clause in enumerate(chosen):
+        if on_start is not None:
+            on_start(clause, i, len(chosen))
+        result = await _one(clause, harness, capabilities, broken, clause_timeout)
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+    return Report(
+        results=tuple(results),
+        level=conformance_level(harness, results, capabilities),
+        duration=time.perf_counter() - start,
+        capabilities={k: tuple(sorted(v)) for k, v in capabilities.items()},
+    )
+
+
+def _factory(harness: Harness, protocol: str) -> object:
+    return harness.new_step_store if protocol == "step" else harness.new_session_store
+
+
+def _factory_failure(protocol: str, violation: Violation) -> str:
+    fake = Clause(
+        f"{protocol}.factory",
+        f"the harness opens a {_PROTOCOLS[protocol]}",
+        protocol,  # type: ignore[arg-type]
+        None,
+        "",
+        _never,
+    )
+    return format_violation(fake, violation)
+
+
+async def _never(harness: Harness) -> None:
+    raise AssertionError("never run")  # pragma: no cover
+
+
+async def _one(
+    clause: Clause,
+    harness: Harness,
+    capabilities: dict[str, frozenset[str]],
+    broken: dict[str, str],
+    clause_timeout: float,
+) -> ClauseResult:
+    def result(outcome: Outcome, message: str) -> ClauseResult:
+        return ClauseResult(
+            clause.id,
+            clause.title,
+            clause.protocol,
+            clause.capability,
+            outcome,
+            message,
+        )
+
+    if clause.protocol in broken:
+        return result("failed", broken[clause.protocol])
+    reason = skip_reason(clause, harness, capabilities.get(clause.protocol, frozenset()))
+    if reason is not None:
+        return result("skipped", reason)
+    return await run_clause(clause, harness, clause_timeout=clause_timeout)
+
+
+def conformance_level(
+    harness: Harness, results: Iterable[ClauseResult], capabilities: dict[str, frozenset[str]]
+) -> str:
+    """What the results certify, per protocol: base, plus each capability whose clauses all passed.
+
+    ``"step: base + all, aclose; session: not certified (no factory)"``; a
+    protocol with a failing base clause is ``"not conformant"``. Durability
+    is listed as ``reopen`` when its clauses ran and passed.
+    """
+    results = list(results)
+    parts = []
+    for protocol in _PROTOCOLS:
+        if _factory(harness, protocol) is None:
+            parts.append(f"{protocol}: not certified (no factory)")
+            continue
+        mine = [r for r in results if r.protocol == protocol]
+        if not mine:
+            parts.append(f"{protocol}: not checked")
+            continue
+        if any(r.outcome == "failed" and r.capability is None for r in mine):
+            parts.append(f"{protocol}: not conformant")
+            continue
+        held = []
+        for cap in (*CAPABILITIES, REOPEN):
+            ran = [r for r in mine if r.capability == cap and r.outcome != "skipped"]
+            if ran and all(r.outcome == "passed" for r in ran):
+                held.append(cap)
+        parts.append(f"{protocol}: base" + (f" + {', '.join(held)}" if held else " only"))
+    return "; ".join(parts)

@@ -1,0 +1,138 @@
+"""A clause: one promise a store makes to the loop, with the check that proves it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Literal
+
+import attrs
+
+from agentloop import (
+    SupportsAclose,
+    SupportsAll,
+    SupportsDeleteSession,
+    SupportsFinal,
+    SupportsListSessions,
+    SupportsPut,
+)
+
+if TYPE_CHECKING:
+    from agentlooptest._harness import Harness
+
+Protocol = Literal["step", "session"]
+"""Which store a clause certifies: the ``StepStore`` or the ``SessionStore``."""
+
+CAPABILITIES: dict[str, type] = {
+    "put": SupportsPut,
+    "final": SupportsFinal,
+    "all": SupportsAll,
+    "list_sessions": SupportsListSessions,
+    "delete_session": SupportsDeleteSession,
+    "aclose": SupportsAclose,
+}
+"""Optional store capabilities, by name, and the protocol that detects each."""
+
+REOPEN = "reopen"
+"""The pseudo-capability of durability clauses: the harness must give ``reopen``."""
+
+Check = Callable[["Harness"], Awaitable[None]]
+
+_ID = re.compile(r"^(step|session)(\.[a-z0-9]+(-[a-z0-9]+)*)+$")
+
+
+@attrs.frozen
+class Clause:
+    """One promise: a stable dotted ``id``, a one-line ``title``, and its ``check``.
+
+    ``capability`` is ``None`` for the base protocol, the name of an optional
+    capability (a key of :data:`CAPABILITIES`) or ``"reopen"``; a store
+    without it has the clause skipped, with that reason. ``why`` is what
+    breaks in the loop when the promise does; every failure message ends
+    with it. ``check(harness)`` raises :class:`Violation` when the store
+    breaks the promise.
+    """
+
+    id: str
+    title: str
+    protocol: Protocol
+    capability: str | None
+    why: str
+    check: Check = attrs.field(repr=False, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        if not _ID.match(self.id) or not self.id.startswith(self.protocol + "."):
+            raise ValueError(f"clause id must be '{self.protocol}.<dotted-kebab>', got {self.id!r}")
+        if self.capability not in (None, REOPEN, *CAPABILITIES):
+            raise ValueError(f"unknown capability {self.capability!r} for clause {self.id!r}")
+
+    @property
+    def test_name(self) -> str:
+        """The pytest method name: ``test_`` and the id with ``.``/``-`` as ``_``."""
+        return "test_" + re.sub(r"[.-]", "_", self.id)
+
+
+class Violation(Exception):
+    """A store broke a clause: what was done, what was expected, what came back.
+
+    ``why`` overrides the clause's own consequence when one check covers
+    several.
+    """
+
+    def __init__(self, did: str, expected: str, got: str, why: str | None = None) -> None:
+        super().__init__(did, expected, got, why)
+        self.did = did
+        self.expected = expected
+        self.got = got
+        self.why = why
+
+
+def expect(
+    condition: bool, *, did: str, expected: str, got: object, why: str | None = None
+) -> None:
+    """Raise :class:`Violation` unless ``condition`` (``got`` is shown as ``repr`` unless a str)."""
+    if not condition:
+        raise Violation(did, expected, got if isinstance(got, str) else _show(got), why)
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 600 else f"{text[:600]}... ({len(text)} chars)"
+
+
+def format_violation(clause: Clause, violation: Violation) -> str:
+    """The failure message: clause id and title, then did / expected / got / why."""
+    return (
+        f"[{clause.id}] {clause.title}\n"
+        f"  did:      {violation.did}\n"
+        f"  expected: {violation.expected}\n"
+        f"  got:      {violation.got}\n"
+        f"  why:      {violation.why or clause.why}"
+    )
+
+
+_REGISTRY: list[Clause] = []
+
+
+def clause(
+    id: str,
+    title: str,
+    *,
+    why: str,
+    capability: str | None = None,
+) -> Callable[[Check], Check]:
+    """Register the decorated check as a clause, in definition order."""
+
+    def register(check: Check) -> Check:
+        protocol: Protocol = "step" if id.startswith("step.") else "session"
+        if any(c.id == id for c in _REGISTRY):
+            raise ValueError(f"duplicate clause id {id!r}")
+        _REGISTRY.append(Clause(id, title, protocol, capability, why, check))
+        return check
+
+    return register
+
+
+def registered() -> tuple[Clause, ...]:
+    """Every clause registered so far, in registration order."""
+    return tuple(_REGISTRY)

@@ -1,0 +1,180 @@
+"""Front door 3: ``agentlooptest certify [TARGET]``, a table, a level and a verdict.
+
+Exit status: 0 when every clause that applies passed, 1 when one failed,
+2 for a usage error or a target that cannot be loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import TextIO
+from xml.etree import ElementTree
+
+import trio
+
+from agentlooptest._builtin import BUILTIN
+from agentlooptest._certify import certify, matches
+from agentlooptest._clause import Clause
+from agentlooptest._registry import CLAUSES
+from agentlooptest._report import ClauseResult, Report
+from agentlooptest._target import TargetError, load
+
+_MARK = {"passed": "pass", "failed": "FAIL", "skipped": "skipped"}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agentlooptest",
+        description="Certify StepStore / SessionStore implementations against the contract.",
+    )
+    sub = parser.add_subparsers(dest="command")
+    run = sub.add_parser("certify", help="run the contract against a store (the default command)")
+    run.add_argument(
+        "target",
+        nargs="?",
+        help="module:attr naming a Harness or a zero-argument callable returning one; "
+        f"without it, the built-in stores ({', '.join(BUILTIN)})",
+    )
+    run.add_argument("--json", metavar="PATH", type=Path, help="write the report as JSON")
+    run.add_argument("--junit-xml", metavar="PATH", type=Path, help="write the report as JUnit XML")
+    run.add_argument(
+        "-k",
+        metavar="PATTERN",
+        dest="pattern",
+        help="only clauses whose id contains PATTERN (a glob if it has * ? [)",
+    )
+    run.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="print each clause as it finishes, with its title and time",
+    )
+    lst = sub.add_parser("clauses", help="list the clauses")
+    lst.add_argument("--markdown", action="store_true", help="as the README's markdown table")
+    lst.add_argument("-k", metavar="PATTERN", dest="pattern", help="only matching clause ids")
+    return parser
+
+
+def clause_table(clauses: tuple[Clause, ...] = CLAUSES) -> str:
+    """The markdown table of clause ids, capability and title (the README carries it)."""
+    lines = ["| clause | needs | promise |", "|---|---|---|"]
+    for c in clauses:
+        lines.append(f"| `{c.id}` | {c.capability or 'base'} | {c.title} |")
+    return "\n".join(lines)
+
+
+class _Progress:
+    """One status line on a terminal, rewritten per clause; silent elsewhere."""
+
+    def __init__(self, stream: TextIO, verbose: bool) -> None:
+        self.stream = stream
+        self.live = stream.isatty()
+        self.verbose = verbose
+        self.width = shutil.get_terminal_size().columns - 1
+
+    def start(self, clause: Clause, i: int, total: int) -> None:
+        if self.live:
+            line = f"[{i + 1}/{total}] {clause.id} ..."
+            self.stream.write("\r" + line[: self.width].ljust(self.width))
+            self.stream.flush()
+
+    def result(self, r: ClauseResult) -> None:
+        if self.verbose:
+            self.clear()
+            self.stream.write(f"{_MARK[r.outcome]:7} {r.id} ({r.duration:.2f}s) {r.title}\n")
+            self.stream.flush()
+
+    def clear(self) -> None:
+        if self.live:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()
+
+
+def _reason(r: ClauseResult) -> str:
+    if r.outcome == "skipped":
+        return r.message
+    if r.outcome == "failed":
+        for line in r.message.splitlines():
+            if line.strip().startswith(("got:", "the store raised")):
+                return line.strip()
+        return r.message.splitlines()[0] if r.message else ""
+    return ""
+
+
+def render(name: str, report: Report, width: int = 120) -> str:
+    """The table of results, the failures in full, the conformance level and the verdict."""
+    id_width = max([len(r.id) for r in report.results] + [6])
+    rows = [f"{'clause':{id_width}}  {'result':7}  reason", f"{'-' * id_width}  -------  ------"]
+    for r in report.results:
+        reason = _reason(r)
+        room = max(width - id_width - 11, 20)
+        if len(reason) > room:
+            reason = reason[: room - 3] + "..."
+        rows.append(f"{r.id:{id_width}}  {_MARK[r.outcome]:7}  {reason}".rstrip())
+    out = [f"agentlooptest certify {name}", "", *rows, ""]
+    if report.failed:
+        out.append("failures:")
+        for r in report.failed:
+            out += ["", r.message]
+        out.append("")
+    out += [f"conformance level: {report.level}", report.verdict]
+    return "\n".join(out)
+
+
+async def _run(args: argparse.Namespace) -> int:
+    targets = {args.target: args.target} if args.target else dict(BUILTIN)
+    harnesses = {}
+    for name, target in targets.items():
+        try:
+            harnesses[name] = await load(target)
+        except TargetError as exc:
+            print(f"agentlooptest: {exc}", file=sys.stderr)
+            return 2
+    if args.pattern and not any(matches(c, args.pattern) for c in CLAUSES):
+        print(f"agentlooptest: no clause id matches -k {args.pattern!r}", file=sys.stderr)
+        return 2
+    reports: dict[str, Report] = {}
+    width = shutil.get_terminal_size().columns
+    for name, harness in harnesses.items():
+        progress = _Progress(sys.stderr, args.verbose)
+        print(f"certifying {name} ...", file=sys.stderr, flush=True)
+        report = await certify(
+            harness, pattern=args.pattern, on_start=progress.start, on_result=progress.result
+        )
+        progress.clear()
+        reports[name] = report
+        print(render(name, report, width))
+        print()
+    ok = all(r.ok for r in reports.values())
+    if args.json:
+        doc = {"ok": ok, "targets": [{"target": n, **r.to_dict()} for n, r in reports.items()]}
+        args.json.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    if args.junit_xml:
+        root = ElementTree.Element("testsuites")
+        for n, r in reports.items():
+            root.append(r.junit_suite(n))
+        args.junit_xml.write_text(
+            ElementTree.tostring(root, encoding="unicode", xml_declaration=True) + "\n",
+            encoding="utf-8",
+        )
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit status."""
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command == "clauses":
+        chosen = tuple(c for c in CLAUSES if matches(c, args.pattern))
+        if args.markdown:
+            print(clause_table(chosen))
+        else:
+            for c in chosen:
+                print(f"{c.id:40} {c.capability or 'base':15} {c.title}")
+        return 0
+    if args.command is None:
+        args = _parser().parse_args(["certify"])
+    return trio.run(_run, args)

@@ -1,0 +1,204 @@
+"""Sample values the clauses write, and how they describe what came back."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import attrs
+
+from agentloop import CompactionCheckpoint, RunStep, StepType
+
+T0 = datetime(2026, 3, 14, 15, 9, 26, 535897, tzinfo=UTC)
+"""A fixed base time with every microsecond digit set."""
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+SQL_IDS = (
+    "'; DROP TABLE steps; --",
+    'x" OR "1"="1',
+    "100%",
+    "a_b",
+    "back\\slash",
+    "$1",
+    "?",
+)
+"""Ids that break a store which splices ids into SQL, LIKE patterns or regexes."""
+
+CASE_IDS = ("Session", "session", "SESSION", "sessIon", "ß", "SS", "ǅ", "ǆ")
+"""Ids that differ only in case (or fold to each other)."""
+
+VERBATIM_IDS = (
+    "with space",
+    " leading",
+    "trailing ",
+    "\ttab",
+    "line\nbreak",
+    "café",  # NFC
+    "cafe\u0301",  # NFD: the same text to a reader, a different id
+    "会话-🧪",
+    "שלום-مرحبا",
+    "a" * 512,
+)
+"""Ids a store must keep byte for byte: whitespace, normalization forms, scripts, length."""
+
+TEXTS = (
+    "",
+    " ",
+    "trailing space   ",
+    "trailing newlines\n\n\n",
+    "\n leading newline and tab\t",
+    "crlf\r\nline",
+    "multi-byte: é ß Ω ж 中文 日本語",
+    "emoji: 🧪🚀👩‍👩‍👧‍👦🏳️‍🌈",
+    "RTL: שלום עולם مرحبا بالعالم \u202eoverride",
+    "combining: e\u0301 a\u0308 \u0915\u094d\u0937",
+    "quotes ' \" ` and \\ backslash and %s {} $1",
+    "astral: \U0001d54f\U0001d538\U0001d544 \U0010fffd",
+)
+"""Step contents that a store must return exactly."""
+
+CONTROL_TEXTS = ("nul:\x00:in the middle", "\x01\x02\x7f control", "\x00")
+"""Contents with control characters, NUL included: ``RunStep`` accepts them."""
+
+JSON_DOCS = (
+    "{}",
+    "[]",
+    "null",
+    "0",
+    '"just a string"',
+    "true",
+    '{"retain_from_step": 17}',
+    '{"nested": {"list": [1, 2.5, -3, 1e-07, 12345678901234567890], "empty": {}, "none": null}}',
+    '{"unicode": "é 中 🧪 שלום", "escaped": "\\u00e9\\ud83e\\uddea", "quote": "\\"q\\""}',
+    '{"b": 1, "a": 2}',
+    '  {"spaced" :  [ 1 , 2 ] }  ',
+    '{"big": 9223372036854775807, "neg": -9223372036854775808, "float": 0.1}',
+    '{"deep": ' + "[" * 64 + "]" * 64 + "}",
+)
+"""JSON texts to round-trip; a store may re-serialize them, so equality is semantic."""
+
+
+def json_equal(a: str | None, b: str | None) -> bool:
+    """JSON-semantic equality (``None`` only equals ``None``)."""
+    if a is None or b is None:
+        return a is b
+    same: bool = _canon(json.loads(a)) == _canon(json.loads(b))
+    return same
+
+
+def _canon(value: Any) -> Any:
+    # 1 and 1.0 and True compare equal in Python; keep their JSON types apart.
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, int):
+        return ("int", value)
+    if isinstance(value, float):
+        return ("float", value)
+    if isinstance(value, list):
+        return [_canon(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _canon(v) for k, v in value.items()}
+    return value
+
+
+def step(session_id: str, index: int, **fields: Any) -> RunStep:
+    """A step with every field set to something distinctive (``index`` drives them)."""
+    values: dict[str, Any] = {
+        "session_id": session_id,
+        "step_index": index,
+        "step_type": list(StepType)[index % len(StepType)],
+        "content": f"content of {session_id!r} #{index}",
+        "tool_args": json.dumps({"call": index, "session": session_id}),
+        "duration_ms": 1000 + index % 1000,
+        "prompt_tokens": 10 + index % 1000,
+        "completion_tokens": 20 + index % 1000,
+        "created_at": T0 + timedelta(microseconds=index % 10**6),
+    }
+    values.update(fields)
+    return RunStep(**values)
+
+
+def steps(session_id: str, count: int, start: int = 0) -> list[RunStep]:
+    """``count`` distinctive steps with indices ``start``...``start+count-1``."""
+    return [step(session_id, i) for i in range(start, start + count)]
+
+
+def summary_step(session_id: str, index: int, retain_from: int) -> RunStep:
+    """A ``summary`` step carrying a :class:`CompactionCheckpoint`."""
+    return step(
+        session_id,
+        index,
+        step_type=StepType.summary,
+        content="Summary of the conversation so far.",
+        tool_args=CompactionCheckpoint(retain_from).to_json(),
+    )
+
+
+def step_diff(sent: RunStep, got: object) -> list[str]:
+    """The fields of ``got`` that differ from ``sent`` (JSON-semantic ``tool_args``)."""
+    if not isinstance(got, RunStep):
+        return [f"not a RunStep: {type(got).__name__}"]
+    diffs = []
+    for field in attrs.fields(RunStep):
+        a, b = getattr(sent, field.name), getattr(got, field.name)
+        if field.name == "tool_args":
+            same = _json_or_false(a, b)
+        elif field.name == "created_at":
+            same = a == b and b.utcoffset() == timedelta(0)
+        else:
+            same = a == b
+        if not same:
+            diffs.append(f"{field.name}: sent {_short(a)}, got {_short(b)}")
+    return diffs
+
+
+def _json_or_false(a: str, b: object) -> bool:
+    try:
+        return isinstance(b, str) and json_equal(a, b)
+    except ValueError:
+        return False
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else f"{text[:120]}... ({len(text)} chars)"
+
+
+def same_steps(sent: list[RunStep], got: object) -> bool:
+    """Whether ``got`` is a list holding ``sent``, step for step, field for field."""
+    return (
+        isinstance(got, list)
+        and len(got) == len(sent)
+        and all(not step_diff(a, b) for a, b in zip(sent, got, strict=True))
+    )
+
+
+def describe(steps: object) -> str:
+    """A compact view of a returned list of steps: (session, index, content) each."""
+    if not isinstance(steps, list):
+        return repr(steps)
+    items = [
+        f"({s.session_id!r}, #{s.step_index}, {s.content[:24]!r})"
+        if isinstance(s, RunStep)
+        else repr(s)
+        for s in steps[:12]
+    ]
+    more = f", ... {len(steps) - 12} more" if len(steps) > 12 else ""
+    return f"{len(steps)} step(s): [{', '.join(items)}{more}]"
+
+
+def indices(steps: object) -> str:
+    """The ``step_index`` values of a returned list (or its repr if it is not one)."""
+    if not isinstance(steps, list) or not all(isinstance(s, RunStep) for s in steps):
+        return repr(steps)
+    if len(steps) > 16:
+        head = [s.step_index for s in steps[:8]]
+        tail = [s.step_index for s in steps[-8:]]
+        return f"step_index {head} ... {tail} ({len(steps)} steps)"
+    return f"step_index {[s.step_index for s in steps]}"
+
+
+OTHER_TZ = timezone(timedelta(hours=-7, minutes=-30))

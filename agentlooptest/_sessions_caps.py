@@ -1,0 +1,359 @@
+"""Session clauses for the optional capabilities: put, final, list_sessions, delete, durability."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from agentloop import FinalizeSummary, RunStatus, Session, SessionInfo
+from agentlooptest._clause import Violation, clause, expect
+from agentlooptest._data import INT32_MAX, INT64_MAX, TEXTS, json_equal
+from agentlooptest._sessions_core import DONE, expect_data, expect_exists
+from agentlooptest._stores import open_sessions, reopened
+
+if TYPE_CHECKING:
+    from agentlooptest._harness import Harness
+
+
+def _same_session(want: Session, got: object) -> bool:
+    return (
+        isinstance(got, Session)
+        and (got.id, got.model, got.system_prompt) == (want.id, want.model, want.system_prompt)
+        and json_equal(want.data, got.data)
+    )
+
+
+@clause(
+    "session.put.seeds-get",
+    "put seeds what get returns (model, system prompt, data) and makes the session exist",
+    capability="put",
+    why=(
+        "put is how an app configures a session before its first run; a field lost here "
+        "runs the agent with the wrong model or without its system prompt"
+    ),
+)
+async def _put(h: Harness) -> None:
+    async with open_sessions(h) as store:
+        seeded = [
+            Session("a", "model-a", "You are terse.\n\n", '{"seed": 1}'),
+            Session("b", "", "", None),
+            Session("c", "m/ü-🧪", TEXTS[8] + "\n", "null"),
+        ]
+        for session in seeded:
+            await store.put(session)
+            got = await store.get(session.id)
+            expect(
+                _same_session(session, got),
+                did=f"put({session!r:.120}), then get",
+                expected=repr(session),
+                got=got,
+            )
+            await expect_exists(store, session.id, True, f"put({session.id!r}), then exists")
+        replaced = Session("a", "model-b", "Another prompt.", None)
+        await store.put(replaced)
+        got = await store.get("a")
+        expect(
+            _same_session(replaced, got),
+            did="put a second Session for 'a', then get('a')",
+            expected=repr(replaced),
+            got=got,
+        )
+
+
+@clause(
+    "session.put.update-keeps-settings",
+    "update_data and finalize after put keep the model and system prompt",
+    capability="put",
+    why=(
+        "every run writes data and finalizes: a store that rewrites the whole session row "
+        "there drops the configured model and system prompt after the first run"
+    ),
+)
+async def _update_keeps(h: Harness) -> None:
+    async with open_sessions(h) as store:
+        await store.put(Session("s", "model-s", "Be precise.", '{"v": 0}'))
+        await store.update_data("s", '{"v": 1}')
+        await store.finalize("s", DONE)
+        want = Session("s", "model-s", "Be precise.", '{"v": 1}')
+        got = await store.get("s")
+        expect(
+            _same_session(want, got),
+            did="put(Session('s', 'model-s', 'Be precise.', ...)), update_data, finalize, get",
+            expected=repr(want),
+            got=got,
+        )
+
+
+@clause(
+    "session.final.latest",
+    "final returns the latest finalize field by field; None before any (creating nothing)",
+    capability="final",
+    why=(
+        "final is how apps and evals read how the last run ended; a stale or clipped "
+        "summary misreports status, tokens and cost"
+    ),
+)
+async def _final(h: Harness) -> None:
+    async with open_sessions(h) as store:
+        got = await store.final("never")
+        expect(got is None, did="final('never') on an unknown session", expected="None", got=got)
+        await expect_exists(store, "never", False, "final('never'), then exists('never')")
+        await store.update_data("s", '{"d": 1}')
+        got = await store.final("s")
+        expect(
+            got is None,
+            did="update_data('s', ...) without finalize, then final('s')",
+            expected="None",
+            got=got,
+        )
+        summaries = [
+            FinalizeSummary(status, k, 2 * k, 3 * k, 4 * k, 5 * k)
+            for k, status in enumerate(RunStatus)
+        ]
+        summaries.append(FinalizeSummary(RunStatus.completed, 0, 0, 0, 0, 0))
+        summaries.append(
+            FinalizeSummary(
+                RunStatus.budget_exhausted, INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX, INT64_MAX
+            )
+        )
+        for summary in summaries:
+            await store.finalize("s", summary)
+            got = await store.final("s")
+            expect(
+                got == summary,
+                did=f"finalize('s', {summary!r}), then final('s')",
+                expected=repr(summary),
+                got=got,
+            )
+        await expect_data(store, "s", '{"d": 1}', "after those finalizes, get('s')")
+
+
+async def _listed(store: Any, limit: int = 100) -> list[SessionInfo]:
+    got = await store.list_sessions(limit=limit)
+    if not isinstance(got, list) or not all(isinstance(i, SessionInfo) for i in got):
+        raise Violation(f"list_sessions(limit={limit})", "a list of SessionInfo", repr(got))
+    return got
+
+
+@clause(
+    "session.list.order",
+    "list_sessions orders by write recency, most recent first, whatever the clock says",
+    capability="list_sessions",
+    why=(
+        "apps show 'recent conversations' from list_sessions; a wrong order hides the "
+        "session the user was just in"
+    ),
+)
+async def _list_order(h: Harness) -> None:
+    async with open_sessions(h) as store:
+        empty = await _listed(store)
+        expect(empty == [], did="list_sessions() on a fresh store", expected="[]", got=empty)
+        await store.update_data("a", "{}")
+        await store.finalize("b", DONE)
+        await store.update_data("c", "{}")
+        await store.finalize("a", DONE)  # a is now the most recent
+        await store.get("b")  # reads do not count as writes
+        await store.exists("c")
+        await store.get("never")
+        got = [i.id for i in await _listed(store)]
+        expect(
+            got == ["a", "c", "b"],
+            did="wrote a, b, c, then a again (only reading b, c and 'never'), then list_sessions()",
+            expected="['a', 'c', 'b'] (most recently written first)",
+            got=got,
+        )
+
+
+@clause(
+    "session.list.limit",
+    "list_sessions honours limit and refuses a bad one",
+    capability="list_sessions",
+    why=(
+        "limit bounds what a listing page loads; a store that ignores it loads every "
+        "session, and one that accepts 0 or -1 hides a caller bug"
+    ),
+)
+async def _list_limit(h: Harness) -> None:
+    async with open_sessions(h) as store:
+        for k in range(12):
+            await store.update_data(f"s{k:02d}", json.dumps({"k": k}))
+        newest = [f"s{k:02d}" for k in reversed(range(12))]
+        for limit in (1, 5, 12, 13, 1000):
+            got = [i.id for i in await _listed(store, limit)]
+            expect(
+                got == newest[:limit],
+                did=f"wrote 12 sessions, then list_sessions(limit={limit})",
+                expected=repr(newest[:limit]),
+                got=got,
+            )
+        default = [i.id for i in await store.list_sessions()]
+        expect(
+            default == newest,
+            did="list_sessions() with the default limit",
+            expected=repr(newest),
+            got=default,
+        )
+        bad: list[tuple[object, type[Exception]]] = [
+            (0, ValueError),
+            (-1, ValueError),
+            (True, TypeError),
+            (2.0, TypeError),
+            ("5", TypeError),
+        ]
+        for bad_limit, error in bad:
+            try:
+                got_bad: object = await store.list_sessions(limit=bad_limit)
+            except error:
+                continue
+            except Exception as exc:
+                raise Violation(
+                    f"list_sessions(limit={bad_limit!r})",
+                    error.__name__,
+                    f"{type(exc).__name__}: {exc}",
+                ) from None
+            raise Violation(
+                f"list_sessions(limit={bad_limit!r})",
+                error.__name__,
+                f"no error; it returned {got_bad!r:.100}",
+            )
+
+
+@clause(
+    "session.list.fields",
+    "SessionInfo carries the latest status, the total step count and aware UTC times",
+    capability="list_sessions",
+    why=(
+        "dashboards read status, step totals and times from list_sessions; wrong values "
+        "misreport which runs failed and how much work they did"
+    ),
+)
+async def _list_fields(h: Harness) -> None:
+    async with open_sessions(h) as store:
+        await store.update_data("fresh", "{}")
+        await store.finalize("ran", FinalizeSummary(RunStatus.completed, step_count=3))
+        await store.finalize("ran", FinalizeSummary(RunStatus.timeout, step_count=4))
+        infos = {i.id: i for i in await _listed(store)}
+        expect(
+            set(infos) == {"fresh", "ran"},
+            did="wrote 'fresh' and 'ran', then list_sessions()",
+            expected="ids {'fresh', 'ran'}",
+            got=sorted(infos),
+        )
+        fresh, ran = infos["fresh"], infos["ran"]
+        expect(
+            (fresh.status, fresh.step_count) == (None, 0),
+            did="update_data('fresh', '{}') only, then its SessionInfo",
+            expected="status None, step_count 0",
+            got=fresh,
+        )
+        expect(
+            (ran.status, ran.step_count) == (RunStatus.timeout, 7),
+            did="finalize('ran') with step_count 3 (completed), then 4 (timeout), its SessionInfo",
+            expected="status timeout (the latest), step_count 7 (the total)",
+            got=ran,
+        )
+        for info in (fresh, ran):
+            expect(
+                info.created_at.utcoffset() == timedelta(0) and info.created_at <= info.updated_at,
+                did=f"read SessionInfo of {info.id!r}",
+                expected="created_at and updated_at aware UTC, created_at <= updated_at",
+                got=info,
+            )
+
+
+@clause(
+    "session.delete.removes-all",
+    "delete_session removes data and summary, says whether it existed, spares the rest",
+    capability="delete_session",
+    why=(
+        "deleting a session is how users exercise erasure; data or summaries left behind "
+        "resurface under a reused id, and deleting the wrong session loses another's state"
+    ),
+)
+async def _delete(h: Harness) -> None:
+    async with open_sessions(h) as store:
+        for sid in ("gone", "gone-not", "Gone"):
+            await store.update_data(sid, json.dumps({"owner": sid}))
+            await store.finalize(sid, DONE)
+        existed = await store.delete_session("gone")
+        expect(
+            existed is True,
+            did="wrote 'gone', then delete_session('gone')",
+            expected="True",
+            got=existed,
+        )
+        await expect_exists(store, "gone", False, "deleted 'gone', then exists('gone')")
+        await expect_data(store, "gone", None, "deleted 'gone', then get('gone')")
+        if hasattr(store, "final"):
+            final = await store.final("gone")
+            expect(
+                final is None, did="deleted 'gone', then final('gone')", expected="None", got=final
+            )
+        if hasattr(store, "list_sessions"):
+            ids = [i.id for i in await store.list_sessions()]
+            expect(
+                "gone" not in ids,
+                did="deleted 'gone', then list_sessions()",
+                expected="'gone' not listed",
+                got=ids,
+            )
+        for sid in ("gone-not", "Gone"):
+            await expect_data(
+                store, sid, json.dumps({"owner": sid}), f"deleted 'gone', then get({sid!r})"
+            )
+        again = await store.delete_session("gone")
+        expect(again is False, did="delete_session('gone') again", expected="False", got=again)
+        never = await store.delete_session("never")
+        expect(never is False, did="delete_session('never')", expected="False", got=never)
+        await expect_exists(store, "never", False, "delete_session('never'), then exists('never')")
+
+
+@clause(
+    "session.durable",
+    "data, settings and summaries are visible through a second handle (reopen)",
+    capability="reopen",
+    why=(
+        "a system of record must keep every write it acknowledged: working memory visible "
+        "only to the handle that wrote it is lost on restart or on another worker"
+    ),
+)
+async def _durable(h: Harness) -> None:
+    async with open_sessions(h) as store:
+        await store.update_data("d", '{"memory": [1, 2]}')
+        summary = FinalizeSummary(RunStatus.max_iterations, 1, 2, 3, 4, 5)
+        await store.finalize("d", summary)
+        if hasattr(store, "put"):
+            await store.put(Session("p", "model-p", "prompt-p", '{"p": 1}'))
+        async with reopened(h, store) as other:
+            await expect_data(
+                other,
+                "d",
+                '{"memory": [1, 2]}',
+                "wrote 'd' with one handle, then get('d') on reopen()",
+            )
+            await expect_exists(other, "d", True, "then exists('d') on the reopened handle")
+            if hasattr(other, "final"):
+                got = await other.final("d")
+                expect(
+                    got == summary,
+                    did="then final('d') on the reopened handle",
+                    expected=repr(summary),
+                    got=got,
+                )
+            if hasattr(store, "put"):
+                got_p = await other.get("p")
+                want = Session("p", "model-p", "prompt-p", '{"p": 1}')
+                expect(
+                    _same_session(want, got_p),
+                    did="put('p') on one handle, get('p') on the other",
+                    expected=repr(want),
+                    got=got_p,
+                )
+            await other.update_data("d", '{"memory": [3]}')
+        await expect_data(
+            store,
+            "d",
+            '{"memory": [3]}',
+            "update_data('d') through the reopened handle, then get('d') on the first",
+        )

@@ -1,0 +1,272 @@
+"""Model-based clauses: hypothesis drives a store and a plain-Python model side by side.
+
+Hypothesis has no async rules, so the state machine runs in a worker thread
+(``trio.to_thread.run_sync``) and reaches the store through
+``trio.from_thread.run``, all inside the clause's own trio run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+import trio
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.reporting import with_reporter
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from agentloop import FinalizeSummary, RunStatus, RunStep, Session, StepType
+from agentlooptest._clause import Violation, clause
+from agentlooptest._data import T0, describe, json_equal, same_steps
+from agentlooptest._stores import Steps, aclose_quietly
+
+if TYPE_CHECKING:
+    from agentlooptest._harness import Harness
+
+T = TypeVar("T")
+
+SETTINGS = settings(
+    max_examples=25,
+    stateful_step_count=30,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    print_blob=False,
+    suppress_health_check=list(HealthCheck),
+)
+"""Modest and reproducible: the machine runs once per certified store, in CI too."""
+
+IDS = st.sampled_from(["a", "b", "A", "a b", "é"])
+TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12)
+DOCS = st.one_of(
+    st.none(),
+    st.sampled_from(["{}", "[]", "null", "0", '{"k": [1, 2.5]}', '"é🧪"', '{"b": 1, "a": 2}']),
+)
+SUMMARIES = st.builds(
+    FinalizeSummary,
+    status=st.sampled_from(RunStatus),
+    prompt_tokens=st.integers(0, 2**31 - 1),
+    step_count=st.integers(0, 50),
+)
+
+
+def _call(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """Await ``fn(*args)`` on the trio thread that started the machine."""
+    return trio.from_thread.run(fn, *args)
+
+
+class StepMachine(RuleBasedStateMachine):
+    """A step store against a dict of lists."""
+
+    harness: ClassVar[Harness]
+
+    def __init__(self) -> None:
+        super().__init__()
+        factory = self.harness.new_step_store
+        assert factory is not None
+        self.steps = Steps(self.harness, _call(factory))
+        self.model: dict[str, list[RunStep]] = {}
+        self.counter = 0
+
+    def teardown(self) -> None:
+        """Close the example's store."""
+        _call(aclose_quietly, self.steps.store)
+
+    @rule(sid=IDS, kind=st.sampled_from(StepType), content=TEXT, index=st.integers(0, 3))
+    def append(self, sid: str, kind: StepType, content: str, index: int) -> None:
+        """Append a step; indices repeat on purpose."""
+        self.counter += 1
+        s = RunStep(sid, index, kind, content, json.dumps({"n": self.counter}), created_at=T0)
+        _call(self.steps.append, s)
+        self.model.setdefault(sid, []).append(s)
+
+    @rule(sid=IDS, n=st.integers(1, 12))
+    def last_n(self, sid: str, n: int) -> None:
+        """The store's window equals the model's."""
+        got = _call(self.steps.last_n, sid, n)
+        want = self.model.get(sid, [])[-n:]
+        assert same_steps(want, got), (
+            f"last_n({sid!r}, {n}) returned {describe(got)}; the model says {describe(want)}"
+        )
+
+    @precondition(lambda self: hasattr(self.steps.store, "all"))
+    @rule(sid=IDS)
+    def all(self, sid: str) -> None:
+        """The whole trace equals the model's."""
+        got = _call(self.steps.store.all, sid)
+        want = self.model.get(sid, [])
+        assert same_steps(want, got), (
+            f"all({sid!r}) returned {describe(got)}; model {describe(want)}"
+        )
+
+    @precondition(lambda self: hasattr(self.steps.store, "delete_session"))
+    @rule(sid=IDS)
+    def delete_session(self, sid: str) -> None:
+        """Deleting answers whether steps existed and empties the session."""
+        got = _call(self.steps.store.delete_session, sid)
+        want = bool(self.model.pop(sid, []))
+        assert got is want, f"delete_session({sid!r}) returned {got!r}; the model says {want!r}"
+
+
+class SessionMachine(RuleBasedStateMachine):
+    """A session store against a dict of (session, latest summary, step total), in write order."""
+
+    harness: ClassVar[Harness]
+
+    def __init__(self) -> None:
+        super().__init__()
+        factory = self.harness.new_session_store
+        assert factory is not None
+        self.store: Any = _call(factory)
+        self.sessions: dict[str, Session] = {}
+        self.finals: dict[str, FinalizeSummary] = {}
+        self.totals: dict[str, int] = {}
+        self.recency: list[str] = []  # most recently written first
+
+    def teardown(self) -> None:
+        """Close the example's store."""
+        _call(aclose_quietly, self.store)
+
+    def _wrote(self, sid: str) -> Session:
+        if sid in self.recency:
+            self.recency.remove(sid)
+        self.recency.insert(0, sid)
+        return self.sessions.setdefault(sid, Session(sid))
+
+    @rule(sid=IDS, doc=DOCS)
+    def update_data(self, sid: str, doc: str | None) -> None:
+        """Replace the data."""
+        _call(self.store.update_data, sid, doc)
+        old = self._wrote(sid)
+        self.sessions[sid] = Session(sid, old.model, old.system_prompt, doc)
+
+    @rule(sid=IDS, doc=st.sampled_from(["{", "NaN", "", "{'a': 1}"]))
+    def update_data_invalid(self, sid: str, doc: str) -> None:
+        """Non-JSON is refused with ValueError and changes nothing."""
+        try:
+            _call(self.store.update_data, sid, doc)
+        except ValueError:
+            return
+        raise AssertionError(f"update_data({sid!r}, {doc!r}) did not raise ValueError")
+
+    @rule(sid=IDS, summary=SUMMARIES)
+    def finalize(self, sid: str, summary: FinalizeSummary) -> None:
+        """Record a run's end."""
+        _call(self.store.finalize, sid, summary)
+        self._wrote(sid)
+        self.finals[sid] = summary
+        self.totals[sid] = self.totals.get(sid, 0) + summary.step_count
+
+    @precondition(lambda self: hasattr(self.store, "put"))
+    @rule(sid=IDS, model=TEXT, prompt=TEXT, doc=DOCS)
+    def put(self, sid: str, model: str, prompt: str, doc: str | None) -> None:
+        """Seed the whole session."""
+        session = Session(sid, model, prompt, doc)
+        _call(self.store.put, session)
+        self._wrote(sid)
+        self.sessions[sid] = session
+
+    @rule(sid=IDS)
+    def get(self, sid: str) -> None:
+        """get equals the model's session (a fresh one when unknown)."""
+        got = _call(self.store.get, sid)
+        want = self.sessions.get(sid, Session(sid))
+        same = (
+            isinstance(got, Session)
+            and (got.id, got.model, got.system_prompt) == (want.id, want.model, want.system_prompt)
+            and json_equal(want.data, got.data)
+        )
+        assert same, f"get({sid!r}) returned {got!r}; the model says {want!r}"
+
+    @rule(sid=IDS)
+    def exists(self, sid: str) -> None:
+        """exists equals the model's."""
+        got = _call(self.store.exists, sid)
+        assert got is (sid in self.sessions), (
+            f"exists({sid!r}) returned {got!r}; the model says {sid in self.sessions!r}"
+        )
+
+    @precondition(lambda self: hasattr(self.store, "final"))
+    @rule(sid=IDS)
+    def final(self, sid: str) -> None:
+        """final equals the latest summary."""
+        got = _call(self.store.final, sid)
+        want = self.finals.get(sid)
+        assert got == want, f"final({sid!r}) returned {got!r}; the model says {want!r}"
+
+    @precondition(lambda self: hasattr(self.store, "delete_session"))
+    @rule(sid=IDS)
+    def delete_session(self, sid: str) -> None:
+        """Deleting forgets everything about the session."""
+        got = _call(self.store.delete_session, sid)
+        want = self.sessions.pop(sid, None) is not None
+        self.finals.pop(sid, None)
+        self.totals.pop(sid, None)
+        if sid in self.recency:
+            self.recency.remove(sid)
+        assert got is want, f"delete_session({sid!r}) returned {got!r}; the model says {want!r}"
+
+    @invariant()
+    def listing(self) -> None:
+        """list_sessions shows sessions by write recency with the latest status and step total."""
+        if not hasattr(self.store, "list_sessions"):
+            return
+        got = [
+            (i.id, i.status, i.step_count)
+            for i in _call(partial(self.store.list_sessions, limit=50))
+        ]
+        want = [
+            (sid, self.finals[sid].status if sid in self.finals else None, self.totals.get(sid, 0))
+            for sid in self.recency
+        ]
+        assert got == want, f"list_sessions() returned {got!r}; the model says {want!r}"
+
+
+def _run(machine: type[RuleBasedStateMachine], harness: Harness) -> None:
+    """Run the machine (in a worker thread); a failure becomes a Violation with the program."""
+    bound = type(machine.__name__, (machine,), {"harness": harness})
+    lines: list[str] = []
+    try:
+        with with_reporter(lambda text: lines.append(str(text))):
+            run_state_machine_as_test(bound, settings=SETTINGS)
+    except AssertionError as exc:
+        notes = [*lines, *getattr(exc, "__notes__", [])]
+        program = "\n".join(f"            {n}" for n in "\n".join(notes).splitlines())
+        raise Violation(
+            "ran random programs of calls against the store and a model side by side",
+            "every result to equal the model's",
+            f"{exc}\n          shrunk program:\n{program}",
+        ) from None
+
+
+@clause(
+    "step.model-based",
+    "random append / last_n / all / delete_session programs match a model",
+    why=(
+        "the loop's history is whatever these calls return over a session's life; any "
+        "divergence from the model is history the model is shown wrongly"
+    ),
+)
+async def _step_model(h: Harness) -> None:
+    await trio.to_thread.run_sync(_run, StepMachine, h)
+
+
+@clause(
+    "session.model-based",
+    "random get / exists / update_data / finalize / put / final / list programs match a model",
+    why=(
+        "working memory and run status are whatever these calls return over a session's "
+        "life; any divergence from the model is state the next run gets wrong"
+    ),
+)
+async def _session_model(h: Harness) -> None:
+    await trio.to_thread.run_sync(_run, SessionMachine, h)

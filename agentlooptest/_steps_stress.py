@@ -1,0 +1,252 @@
+"""Step clauses under stress: fresh stores, concurrency, cancellation, closing."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from agentloop import RunStep, StoreClosedError
+from agentlooptest._cancel import Points, cancel_at, still_usable
+from agentlooptest._clause import Violation, clause, expect
+from agentlooptest._data import describe, same_steps, step
+from agentlooptest._stores import Steps, open_steps
+
+if TYPE_CHECKING:
+    from agentlooptest._harness import Harness
+
+SENTINEL = "agentlooptest-sentinel"
+
+
+@clause(
+    "step.fresh-store",
+    "each new_step_store() call gives an empty store, not one sharing another's state",
+    why=(
+        "the loop and eval suites count on fresh stores starting empty; state shared "
+        "between instances leaks one suite's (or tenant's) history into another"
+    ),
+)
+async def _fresh(h: Harness) -> None:
+    async with open_steps(h) as first:
+        got = await first.last_n(SENTINEL, 10)
+        expect(
+            got == [],
+            did=f"opened a store with new_step_store(), then last_n({SENTINEL!r}, 10)",
+            expected="[] (a fresh store is empty)",
+            got=describe(got),
+        )
+        await first.append(step(SENTINEL, 0))
+        async with open_steps(h) as second:
+            got = await second.last_n(SENTINEL, 10)
+            expect(
+                got == [],
+                did=f"appended to {SENTINEL!r} in one store, opened a second with "
+                "new_step_store() and called last_n on it",
+                expected="[] (the second store is fresh and empty)",
+                got=describe(got),
+            )
+
+
+def _by_task(got: list[RunStep], tasks: int) -> dict[int, list[int]]:
+    seen: dict[int, list[int]] = {t: [] for t in range(tasks)}
+    for s in got:
+        task, _, seq = s.content.partition(":")
+        seen.setdefault(int(task), []).append(int(seq))
+    return seen
+
+
+async def _concurrent_appends(
+    s: Steps, sessions: list[str], tasks_per_session: int, per_task: int
+) -> None:
+    for sid in sessions:
+        await s.ensure(sid)
+
+    async def writer(sid: str, task: int) -> None:
+        for seq in range(per_task):
+            await s.store.append(step(sid, seq, content=f"{task}:{seq}"))
+
+    async with trio.open_nursery() as nursery:
+        for t in range(tasks_per_session):
+            for sid in sessions:
+                nursery.start_soon(writer, sid, t)
+    total = tasks_per_session * per_task
+    did = (
+        f"{tasks_per_session} tasks per session x {len(sessions)} session(s) appended "
+        f"{per_task} steps each, concurrently from one nursery"
+    )
+    for sid in sessions:
+        got = await s.last_n(sid, total + 10)
+        expect(
+            len(got) == total,
+            did=f"{did}, then last_n({sid!r}, {total + 10})",
+            expected=f"{total} steps (nothing lost, nothing duplicated)",
+            got=f"{len(got)} steps",
+        )
+        for task, seqs in _by_task(got, tasks_per_session).items():
+            expect(
+                seqs == list(range(per_task)),
+                did=f"{did}, then read session {sid!r}",
+                expected=f"task {task}'s steps in the order it appended them: "
+                f"{list(range(per_task))}",
+                got=f"{seqs}",
+                why="a task's own appends, awaited one after another, are its conversation "
+                "in order; reordering them reorders what the model sees",
+            )
+
+
+@clause(
+    "step.concurrency.many-sessions",
+    "hundreds of concurrent appends across sessions: nothing lost, each task's order kept",
+    why=(
+        "a server runs many sessions at once; a store that loses or reorders appends under "
+        "concurrency silently drops turns from conversations"
+    ),
+)
+async def _many_sessions(h: Harness) -> None:
+    async with open_steps(h) as s:
+        await _concurrent_appends(s, [f"c{k}" for k in range(12)], 8, 5)
+
+
+@clause(
+    "step.concurrency.one-session",
+    "hundreds of concurrent appends to one session: nothing lost, each task's order kept",
+    why=(
+        "concurrent appends to one session happen (parallel tool calls, retries); a "
+        "read-modify-write store loses some of them and the trace has holes"
+    ),
+)
+async def _one_session(h: Harness) -> None:
+    async with open_steps(h) as s:
+        await _concurrent_appends(s, ["shared"], 100, 4)
+
+
+async def _after_cancel(s: Steps, sid: str, before: list[RunStep], extra: RunStep) -> None:
+    """The store still takes an append after a cancelled call, and returns it last."""
+    await still_usable(f"append to {sid!r}", lambda: s.store.append(extra))
+    got = await still_usable(f"last_n({sid!r}, 100)", lambda: s.last_n(sid, 100))
+    expect(
+        same_steps([*before, extra], got),
+        did=f"appended to {sid!r} after a cancelled call, then last_n",
+        expected=describe([*before, extra]),
+        got=describe(got),
+        why="a store left inconsistent by one cancelled call corrupts every later run",
+    )
+
+
+@clause(
+    "step.cancel.append",
+    "append cancelled at each checkpoint: the step is wholly there or wholly absent",
+    why=(
+        "the loop is cancelled routinely (timeouts, user aborts); a half-written step "
+        "replays as a corrupt turn, and a lost lock wedges the store"
+    ),
+)
+async def _cancel_append(h: Harness) -> None:
+    async with open_steps(h) as s:
+        points = Points()
+        for point in points:
+            sid = f"cancel-append-{point}"
+            before = [step(sid, 0)]
+            await s.append_all(before)
+            new = step(sid, 1, content="the step being cancelled", tool_args='{"k": [1, 2]}')
+            done = await cancel_at(partial(s.store.append, new), point)
+            points.finished(done)
+            got = await still_usable(f"last_n({sid!r}, 10)", partial(s.last_n, sid, 10))
+            did = f"appended a step to {sid!r}, cancelled after {point} checkpoint(s), then last_n"
+            if done:
+                expect(
+                    same_steps([*before, new], got),
+                    did=did + " (the append returned)",
+                    expected=describe([*before, new]),
+                    got=describe(got),
+                )
+            else:
+                expect(
+                    same_steps(before, got) or same_steps([*before, new], got),
+                    did=did,
+                    expected=f"either {describe(before)} or {describe([*before, new])}, whole",
+                    got=describe(got),
+                )
+            await _after_cancel(s, sid, got, step(sid, 2, content="after the cancel"))
+
+
+async def _cancel_read(
+    s: Steps, what: str, read: Callable[[], Awaitable[Any]], want: list[RunStep]
+) -> None:
+    points = Points()
+    for point in points:
+        points.finished(await cancel_at(read, point))
+        got = await still_usable(f"{what} again", read)
+        expect(
+            same_steps(want, got),
+            did=f"cancelled {what} after {point} checkpoint(s), then called it again",
+            expected=describe(want),
+            got=describe(got),
+        )
+
+
+@clause(
+    "step.cancel.reads",
+    "last_n cancelled at each checkpoint leaves the store unchanged and usable",
+    why=(
+        "reads are cancelled as often as writes; a read that leaks a lock or a connection "
+        "when cancelled wedges every later run"
+    ),
+)
+async def _cancel_reads(h: Harness) -> None:
+    async with open_steps(h) as s:
+        sent = [step("r", k) for k in range(5)]
+        await s.append_all(sent)
+        await _cancel_read(s, "last_n('r', 3)", lambda: s.last_n("r", 3), sent[-3:])
+        if hasattr(s.store, "all"):
+            await _cancel_read(s, "all('r')", lambda: s.store.all("r"), sent)
+        await _after_cancel(s, "r", sent, step("r", 9))
+
+
+async def _expect_closed(what: str, call: Callable[[], Awaitable[object]]) -> None:
+    try:
+        got = await call()
+    except StoreClosedError:
+        return
+    except Exception as exc:
+        raise Violation(
+            f"closed the store with aclose(), then called {what}",
+            "StoreClosedError",
+            f"{type(exc).__name__}: {exc}",
+        ) from None
+    raise Violation(
+        f"closed the store with aclose(), then called {what}",
+        "StoreClosedError",
+        f"no error; it returned {got!r:.200}",
+    )
+
+
+@clause(
+    "step.closed",
+    "after aclose, every call raises StoreClosedError; aclose is idempotent",
+    capability="aclose",
+    why=(
+        "a closed store that keeps answering (or fails with some other error) hides "
+        "shutdown-ordering bugs: writes after close are silently lost"
+    ),
+)
+async def _closed(h: Harness) -> None:
+    async with open_steps(h) as s:
+        await s.append_all([step("s", 0)])
+        await s.store.aclose()
+        await _expect_closed("append(<a step>)", lambda: s.store.append(step("s", 1)))
+        await _expect_closed("last_n('s', 1)", lambda: s.store.last_n("s", 1))
+        if hasattr(s.store, "all"):
+            await _expect_closed("all('s')", lambda: s.store.all("s"))
+        if hasattr(s.store, "delete_session"):
+            await _expect_closed("delete_session('s')", lambda: s.store.delete_session("s"))
+        try:
+            await s.store.aclose()
+        except Exception as exc:
+            raise Violation(
+                "closed the store with aclose(), then called aclose() again",
+                "no error (aclose is idempotent)",
+                f"{type(exc).__name__}: {exc}",
+            ) from None

@@ -1,0 +1,138 @@
+"""Opening, preparing and closing the stores a clause works on."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from agentloop import RunStep, SessionStore, StepStore, SupportsAclose
+from agentlooptest._clause import CAPABILITIES, REOPEN, Clause, Violation
+
+if TYPE_CHECKING:
+    from agentlooptest._harness import Harness, StoreFactory
+
+CLOSE_TIMEOUT = 30.0
+"""Seconds ``aclose`` may take before the contract gives up on it."""
+
+
+class Steps:
+    """A step store under test, with ``append`` calling ``ensure_session`` first when needed."""
+
+    def __init__(self, harness: Harness, store: Any) -> None:
+        self.harness = harness
+        self.store = store
+        self._ready: set[str] = set()
+
+    async def ensure(self, session_id: str) -> None:
+        """Run the harness's ``ensure_session`` once for ``session_id``."""
+        if self.harness.ensure_session is not None and session_id not in self._ready:
+            await self.harness.ensure_session(self.store, session_id)
+        self._ready.add(session_id)
+
+    async def append(self, step: RunStep) -> None:
+        """Append ``step`` after making its session legal."""
+        await self.ensure(step.session_id)
+        await self.store.append(step)
+
+    async def append_all(self, steps: list[RunStep]) -> None:
+        """Append each of ``steps``, one after another."""
+        for step in steps:
+            await self.append(step)
+
+    async def last_n(self, session_id: str, n: int) -> list[RunStep]:
+        """``store.last_n``, typed."""
+        result: list[RunStep] = await self.store.last_n(session_id, n)
+        return result
+
+
+async def aclose_quietly(store: object) -> None:
+    """``aclose`` ``store`` if it can, shielded and bounded, whatever happened before."""
+    if isinstance(store, SupportsAclose):
+        with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
+            await store.aclose()
+
+
+async def _new(factory: StoreFactory | None, what: str, protocol: type) -> Any:
+    if factory is None:
+        raise RuntimeError(f"the harness has no {what} factory")  # callers check first
+    store = await factory()
+    if not isinstance(store, protocol):
+        await aclose_quietly(store)
+        raise Violation(
+            f"called the harness's {what} factory",
+            f"a {protocol.__name__} (methods {_methods(protocol)})",
+            f"{store!r}",
+            "the loop calls these methods on every run; a store without them cannot be used",
+        )
+    return store
+
+
+def _methods(protocol: type) -> str:
+    names = [n for n in vars(protocol) if not n.startswith("_")]
+    return ", ".join(names)
+
+
+@asynccontextmanager
+async def open_steps(harness: Harness) -> AsyncIterator[Steps]:
+    """A fresh step store from the harness, closed on the way out."""
+    store = await _new(harness.new_step_store, "new_step_store", StepStore)
+    try:
+        yield Steps(harness, store)
+    finally:
+        await aclose_quietly(store)
+
+
+@asynccontextmanager
+async def open_sessions(harness: Harness) -> AsyncIterator[Any]:
+    """A fresh session store from the harness, closed on the way out."""
+    store = await _new(harness.new_session_store, "new_session_store", SessionStore)
+    try:
+        yield store
+    finally:
+        await aclose_quietly(store)
+
+
+@asynccontextmanager
+async def reopened(harness: Harness, store: object) -> AsyncIterator[Any]:
+    """A second handle onto ``store``'s backend, closed on the way out unless it is ``store``."""
+    if harness.reopen is None:
+        raise RuntimeError("the harness has no reopen")  # callers check first
+    other = await harness.reopen(store)
+    try:
+        yield other
+    finally:
+        if other is not store:
+            await aclose_quietly(other)
+
+
+async def probe(harness: Harness, protocol: str) -> frozenset[str]:
+    """The optional capabilities of a store the ``protocol`` factory returns.
+
+    Raises:
+        Violation: the factory returned something that is not the protocol.
+    """
+    if protocol == "step":
+        async with open_steps(harness) as steps:
+            store = steps.store
+            return frozenset(n for n, p in CAPABILITIES.items() if isinstance(store, p))
+    async with open_sessions(harness) as store:
+        return frozenset(n for n, p in CAPABILITIES.items() if isinstance(store, p))
+
+
+def skip_reason(clause: Clause, harness: Harness, capabilities: frozenset[str]) -> str | None:
+    """Why ``clause`` cannot run against this harness and store, or ``None`` when it can."""
+    if clause.protocol == "step" and harness.new_step_store is None:
+        return "no new_step_store in the harness: the StepStore protocol is not certified"
+    if clause.protocol == "session" and harness.new_session_store is None:
+        return "no new_session_store in the harness: the SessionStore protocol is not certified"
+    if clause.capability == REOPEN:
+        if harness.reopen is None:
+            return "no reopen in the harness: durability across handles is not checked"
+        return None
+    if clause.capability is not None and clause.capability not in capabilities:
+        proto = CAPABILITIES[clause.capability].__name__
+        return f"the store has no {clause.capability}() (agentloop.{proto}): optional capability"
+    return None

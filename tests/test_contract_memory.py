@@ -1,0 +1,16 @@
+"""The contract's pytest front door, run against the agentloopmem stores."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentlooptest import Harness, SessionStoreContract, StepStoreContract, memory_harness
+
+
+class TestMemoryStores(StepStoreContract, SessionStoreContract):
+    """Every clause, as one pytest test each, against agentloopmem."""
+
+    @pytest.fixture
+    def harness(self) -> Harness:
+        """The built-in harness for the in-memory stores."""
+        return memory_harness()
