@@ -74,11 +74,14 @@ class SqlStoreBase(Generic[ConnT]):
         *,
         write: bool,
         landed: Callable[[ConnT], bool] | None = None,
+        item: object = None,
     ) -> R:
         """Run ``fn`` as one transaction off the trio thread.
 
         ``landed`` (for non-idempotent writes) tells, on a fresh connection,
         whether an attempt whose outcome was lost with its connection committed.
+        ``item`` is what a backend may batch instead of calling ``fn`` (the
+        ``(step, key)`` of an append).
         """
         raise NotImplementedError
 
@@ -123,6 +126,7 @@ class SqlStoreBase(Generic[ConnT]):
             lambda conn: ops.append(conn, step, key),
             write=True,
             landed=lambda conn: ops.append_landed(conn, step.session_id, key),
+            item=(step, key),
         )
 
     async def last_n(self, session_id: str, n: int) -> list[RunStep]:

@@ -111,9 +111,18 @@ class PgOps:
 
     def __init__(self, conn: Conn, schema: str) -> None:
         self.q = {name: render(conn, schema, text) for name, text in _QUERIES.items()}
+        self._many: dict[int, str] = {}
 
     def append(self, conn: Conn, step: RunStep, key: int) -> None:
         conn.execute(self.q["append"], step_params(step, key))
+
+    def append_many(self, conn: Conn, items: list[tuple[RunStep, int]]) -> None:
+        """All of ``items`` in one multi-row INSERT: one statement, all rows or none, in order."""
+        query = self._many.get(len(items))
+        if query is None:
+            head, _, row = self.q["append"].partition(" VALUES ")
+            query = self._many[len(items)] = f"{head} VALUES {', '.join([row] * len(items))}"
+        conn.execute(query, [value for step, key in items for value in step_params(step, key)])
 
     def append_landed(self, conn: Conn, session_id: str, key: int) -> bool:
         return conn.execute(self.q["append_landed"], (session_id, key)).fetchone() is not None

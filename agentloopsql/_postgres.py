@@ -8,31 +8,26 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
 from agentloop import StoreError, StoreUnavailableError
 from agentloop._validate import preview
 from agentloopsql._base import SqlStoreBase
+from agentloopsql._worker import Workers
 
 if TYPE_CHECKING:
     import psycopg
     import psycopg_pool
+
+    from agentloopsql._pg_ops import PgOps
 
     Conn = psycopg.Connection[Any]
 
 R = TypeVar("R")
 
 _MISSING = "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'agentloop[postgres]'"
-
-
-class _Lost(Exception):
-    """The connection broke under a call; whether the call committed is unknown."""
-
-    def __init__(self, cause: BaseException) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
 
 
 def _import_driver() -> None:
@@ -78,13 +73,15 @@ class PostgresStore(SqlStoreBase["Conn"]):
     """
 
     def __init__(
-        self, pool: psycopg_pool.ConnectionPool[Any], ops: Any, schema: str, size: int
+        self, pool: psycopg_pool.ConnectionPool[Any], ops: PgOps, schema: str, size: int
     ) -> None:
         """Use :meth:`open`."""
+        from agentloopsql._pg_exec import PgExecutor
+
         self._pool = pool
         self._ops = ops
         self._schema = schema
-        self._limiter = trio.CapacityLimiter(size)
+        self._workers: Workers[None] = Workers(PgExecutor(pool, ops), size, "PostgresStore")
         self._closed = False
 
     @classmethod
@@ -151,42 +148,9 @@ class PostgresStore(SqlStoreBase["Conn"]):
         *,
         write: bool,
         landed: Callable[[Conn], bool] | None = None,
+        item: object = None,
     ) -> R:
-        self._check_open()
-        return await trio.to_thread.run_sync(self._call, fn, landed, limiter=self._limiter)
-
-    def _call(self, fn: Callable[[Conn], R], landed: Callable[[Conn], bool] | None) -> R:
-        """Run ``fn`` on a pooled connection, retrying once if the connection is lost."""
-        try:
-            return self._once(fn)
-        except _Lost:
-            pass
-        try:
-            self._pool.check()  # drop every other connection the same event killed
-            if landed is not None and self._once(landed):
-                return cast("R", None)  # the lost attempt committed: done
-            return self._once(fn)
-        except _Lost as lost:
-            raise StoreUnavailableError(
-                f"PostgreSQL connection lost, and again on the retry: {lost.cause}", lost.cause
-            ) from lost.cause
-
-    def _once(self, fn: Callable[[Conn], R]) -> R:
-        import psycopg
-        import psycopg_pool
-
-        conn = None
-        try:
-            with self._pool.connection() as conn:
-                return fn(conn)
-        except psycopg_pool.PoolTimeout as exc:
-            raise StoreUnavailableError(f"no PostgreSQL connection available: {exc}", exc) from exc
-        except psycopg.Error as exc:
-            if conn is not None and (conn.broken or conn.closed):
-                raise _Lost(exc) from None
-            if isinstance(exc, psycopg.OperationalError):
-                raise StoreUnavailableError(f"PostgreSQL failed: {exc}", exc) from exc
-            raise StoreError(f"PostgreSQL refused the statement: {exc}") from exc
+        return await self._workers.call(fn, write=write, landed=landed, item=item)
 
     async def aclose(self) -> None:
         """Wait for calls under way, then close every pooled connection; idempotent.
@@ -195,16 +159,10 @@ class PostgresStore(SqlStoreBase["Conn"]):
 
         **Cancellation handling**: shielded; once called, the store ends closed.
         """
-        first = not self._closed
         self._closed = True
+        await self._workers.close()  # every call under way finishes first
         with trio.CancelScope(shield=True):
-            if first:
-                tokens = [object() for _ in range(int(self._limiter.total_tokens))]
-                for token in tokens:  # every slot back: no call is still running
-                    await self._limiter.acquire_on_behalf_of(token)
-                await trio.to_thread.run_sync(self._pool.close)
-            else:
-                await trio.lowlevel.checkpoint()
+            await trio.to_thread.run_sync(self._pool.close)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"

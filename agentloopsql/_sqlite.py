@@ -10,8 +10,9 @@ from agentloop import FinalizeSummary, RunStep, Session, SessionInfo
 from agentloop._validate import preview
 from agentloopsql import _codec
 from agentloopsql._base import SqlStoreBase
+from agentloopsql._sqlite_exec import SqliteExecutor
 from agentloopsql._sqlite_schema import SYNCHRONOUS, connect
-from agentloopsql._sqlite_thread import ConnectionThread
+from agentloopsql._worker import Workers
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -187,10 +188,10 @@ class SqliteStore(SqlStoreBase[sqlite3.Connection]):
 
     _ops = _OPS
 
-    def __init__(self, path: str, thread: ConnectionThread) -> None:
+    def __init__(self, path: str, workers: Workers[sqlite3.Connection]) -> None:
         """Use :meth:`open`."""
         self._path = path
-        self._thread = thread
+        self._workers = workers
         self._closed = False
 
     @classmethod
@@ -231,13 +232,14 @@ class SqliteStore(SqlStoreBase[sqlite3.Connection]):
             raise ValueError(f"busy_timeout must be >= 0 seconds, got {busy_timeout!r}")
         mode = synchronous.lower()
         timeout = float(busy_timeout)
-        thread = ConnectionThread(lambda: connect(name, mode, timeout), "SqliteStore")
+        executor = SqliteExecutor(lambda: connect(name, mode, timeout))
+        workers = Workers(executor, 1, "SqliteStore")
         try:
-            await thread.call(_ready, write=False)
+            await workers.call(_ready, write=False)
         except BaseException:
-            await thread.close()
+            await workers.close()
             raise
-        return cls(name, thread)
+        return cls(name, workers)
 
     @property
     def path(self) -> str:
@@ -250,8 +252,9 @@ class SqliteStore(SqlStoreBase[sqlite3.Connection]):
         *,
         write: bool,
         landed: Callable[[sqlite3.Connection], bool] | None = None,
+        item: object = None,
     ) -> R:
-        return await self._thread.call(fn, write=write)
+        return await self._workers.call(fn, write=write)
 
     async def aclose(self) -> None:
         """Finish every call already started, then close the connection; idempotent.
@@ -261,7 +264,7 @@ class SqliteStore(SqlStoreBase[sqlite3.Connection]):
         **Cancellation handling**: shielded; once called, the store ends closed.
         """
         self._closed = True
-        await self._thread.close()
+        await self._workers.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"

@@ -253,11 +253,30 @@ class TestConnectionLoss:
         def die(conn: Any) -> None:
             conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
 
-        with pytest.raises(StoreUnavailableError, match=r"lost, and again on the retry") as info:
+        with pytest.raises(
+            StoreUnavailableError, match=r"^PostgreSQL connection lost twice"
+        ) as info:
             await pg._run(die, write=True)
         assert info.value.__cause__ is not None
+        with pytest.raises(StoreUnavailableError, match=r"lost twice; nothing was written"):
+            await pg._run(die, write=True, landed=lambda conn: False)
         await pg.append(step("s", 0))  # and the store is still usable
         assert len(await pg.all("s")) == 1
+
+    async def test_concurrent_appends_batch_in_order(self, store: PostgresStore) -> None:
+        """16 tasks x 30 appends to one session: all land, each task's steps in its order."""
+
+        async def writer(task: int) -> None:
+            for i in range(30):
+                await store.append(step("shared", i, f"{task}"))
+
+        async with trio.open_nursery() as nursery:
+            for task in range(16):
+                nursery.start_soon(writer, task)
+        steps = await store.all("shared")
+        assert len(steps) == 480
+        for task in range(16):
+            assert [s.step_index for s in steps if s.content == f"{task}"] == list(range(30))
 
 
 class TestCancellation:
