@@ -19,8 +19,10 @@ import atexit
 import itertools
 import os
 import secrets
+import shutil
 import tempfile
 import threading
+import weakref
 
 from agentloopsql._postgres import PostgresStore
 from agentloopsql._sqlite import SqliteStore
@@ -39,19 +41,20 @@ def sqlite() -> Harness:
 
     The directory is removed when the harness is garbage-collected or the process exits.
     """
-    directory = tempfile.TemporaryDirectory(prefix="agentloopsql-")
+    directory = tempfile.mkdtemp(prefix="agentloopsql-")
     numbers = itertools.count()
 
     async def new_store() -> SqliteStore:
-        _ = directory  # the closure keeps the directory alive as long as the harness
-        return await SqliteStore.open(os.path.join(directory.name, f"{next(numbers)}.db"))
+        return await SqliteStore.open(os.path.join(directory, f"{next(numbers)}.db"))
 
     async def reopen(store: object) -> SqliteStore:
         if not isinstance(store, SqliteStore):
             raise TypeError(f"reopen expects a SqliteStore, got {type(store).__name__}")
         return await SqliteStore.open(store.path)
 
-    return Harness(new_step_store=new_store, new_session_store=new_store, reopen=reopen)
+    harness = Harness(new_step_store=new_store, new_session_store=new_store, reopen=reopen)
+    weakref.finalize(harness, shutil.rmtree, directory, ignore_errors=True)
+    return harness
 
 
 def postgres(dsn: str | None = None) -> Harness:
