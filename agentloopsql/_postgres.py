@@ -46,9 +46,11 @@ class PostgresStore(SqlStoreBase["Conn"]):
     ``delete_session``, ``aclose``); also an async context manager. Many
     processes and machines may share one schema.
 
-    Calls run on a ``psycopg_pool.ConnectionPool`` off the trio thread (at
-    most ``pool_size`` at once; more wait their turn). Every operation is one
-    autocommit statement, so it commits whole or not at all.
+    Calls queue to ``pool_size`` worker threads, each borrowing a connection
+    from a ``psycopg_pool.ConnectionPool``; more calls wait their turn. Every
+    operation is one autocommit statement, so it commits whole or not at all;
+    appends waiting together become one multi-row ``INSERT`` (one commit for
+    all of them, each caller answered after it).
 
     **Durable when it returns** means PostgreSQL acknowledged the commit: with
     the server's default ``synchronous_commit = on`` its WAL was flushed to
@@ -63,12 +65,15 @@ class PostgresStore(SqlStoreBase["Conn"]):
     random key and first look whether the lost attempt committed; ``put``,
     ``update_data`` and ``delete_session`` are idempotent (a retried
     ``delete_session`` may report ``False`` for what the lost attempt deleted).
-    If the retry fails too, the call raises ``StoreUnavailableError`` and did
-    not happen. Nothing is lost silently.
+    If the retry fails too, the call raises ``StoreUnavailableError``: an
+    ``append`` or ``finalize`` then did not happen (its key says so) unless
+    the message says the outcome is unknown (the connection was lost a third
+    time, checking); the idempotent calls may be retried. Nothing is lost
+    silently.
 
-    **Cancellation handling**: a call cancelled while waiting for a pool slot
-    raises ``trio.Cancelled`` and did nothing. Once its statement is on its
-    way, the call runs to its end (the thread is never abandoned) and returns
+    **Cancellation handling**: a call cancelled while still queued for a
+    worker raises ``trio.Cancelled`` and did nothing. Once a worker has taken
+    it, the call runs to its end (the thread is never abandoned) and returns
     normally; the cancellation is delivered at the caller's next checkpoint.
     """
 
