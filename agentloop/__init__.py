@@ -1,12 +1,34 @@
 """agentloop: the persistence seam of an agent step loop.
 
 Value types, the ``StepStore`` / ``SessionStore`` protocols with their optional
-capabilities, and the errors stores raise.
+capabilities, the errors stores raise, and the step loop (``Loop``) with its
+model and tool seams.
 """
 
 from __future__ import annotations
 
+from agentloop._compaction import Compaction, Compactor
+from agentloop._config import LoopConfig, RunResult
 from agentloop._errors import StoreClosedError, StoreError, StoreUnavailableError
+from agentloop._events import (
+    Compacted,
+    Event,
+    EventCollector,
+    Finalized,
+    LoopWarning,
+    RunStarted,
+    StepAppended,
+)
+from agentloop._loop import Loop
+from agentloop._model import (
+    Message,
+    Model,
+    ModelReply,
+    ModelRequest,
+    ScriptedModel,
+    ToolCall,
+    ToolSpec,
+)
 from agentloop._protocols import (
     SessionStore,
     StepStore,
@@ -17,6 +39,7 @@ from agentloop._protocols import (
     SupportsListSessions,
     SupportsPut,
 )
+from agentloop._tools import Tool, ToolContext, tool
 from agentloop._types import (
     CompactionCheckpoint,
     FinalizeSummary,
@@ -29,13 +52,30 @@ from agentloop._types import (
 from agentloop._validate import validate_json, validate_n, validate_session_id
 
 __all__ = [
+    "Compacted",
+    "Compaction",
     "CompactionCheckpoint",
+    "Compactor",
+    "Event",
+    "EventCollector",
     "FinalizeSummary",
+    "Finalized",
+    "Loop",
+    "LoopConfig",
+    "LoopWarning",
+    "Message",
+    "Model",
+    "ModelReply",
+    "ModelRequest",
+    "RunResult",
+    "RunStarted",
     "RunStatus",
     "RunStep",
+    "ScriptedModel",
     "Session",
     "SessionInfo",
     "SessionStore",
+    "StepAppended",
     "StepStore",
     "StepType",
     "StoreClosedError",
@@ -47,6 +87,11 @@ __all__ = [
     "SupportsFinal",
     "SupportsListSessions",
     "SupportsPut",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolSpec",
+    "tool",
     "validate_json",
     "validate_n",
     "validate_session_id",

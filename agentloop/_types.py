@@ -133,6 +133,24 @@ class Session:
     system_prompt: str = attrs.field(default="", validator=_text)
     data: str | None = attrs.field(default=None, validator=_optional_json_text)
 
+    def with_data(self, data: str | None) -> Session:
+        """A copy with ``data`` replaced; only the new ``data`` is validated.
+
+        The other fields were validated when ``self`` was built, so this is the
+        cheap path for stores that replace working memory on every write.
+
+        Raises:
+            TypeError: ``data`` is neither ``str`` nor ``None``.
+            ValueError: ``data`` is not JSON text a store can keep.
+        """
+        if data is not None:
+            validate_json(data, "data")
+        copy = object.__new__(Session)
+        for name, value in (("id", self.id), ("model", self.model),
+                            ("system_prompt", self.system_prompt), ("data", data)):
+            object.__setattr__(copy, name, value)
+        return copy
+
 
 @attrs.frozen
 class RunStep:

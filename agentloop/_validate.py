@@ -96,6 +96,9 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 def _check_strings(value: Any, field: str) -> None:
     """Refuse decoded strings no store can keep (NUL: PostgreSQL jsonb; surrogates: UTF-8)."""
     stack = [value]
@@ -127,7 +130,7 @@ def parse_json(value: object, field: str) -> Any:
     check_text(value, field)
     assert isinstance(value, str)
     try:
-        decoded = json.loads(value, parse_constant=_refuse_constant)
+        decoded = _DECODER.decode(value)
     except ValueError as exc:
         raise ValueError(f"{field} must be JSON text, got {preview(value)}: {exc}") from None
     except RecursionError:

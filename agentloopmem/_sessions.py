@@ -62,6 +62,8 @@ class SessionStore(MemoryStoreBase):
         self._records.clear()
 
     def _now(self) -> datetime:
+        if self._clock is _system_clock:
+            return _system_clock()
         now = self._clock()
         if not isinstance(now, datetime) or now.utcoffset() is None:
             raise ValueError(f"clock must return a timezone-aware datetime, got {preview(now)}")
@@ -126,7 +128,7 @@ class SessionStore(MemoryStoreBase):
             current = self._records.get(session_id)
             base = current.session if current is not None else Session(id=session_id)
             # Built before any state changes: an invalid snapshot raises here.
-            session = Session(base.id, base.model, base.system_prompt, snapshot)
+            session = base.with_data(snapshot)
             self._write(session_id).session = session
         await trio.lowlevel.cancel_shielded_checkpoint()
 

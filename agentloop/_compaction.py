@@ -1,0 +1,55 @@
+"""Compaction: a summary of older history, and the protocol of what produces one."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import attrs
+
+from agentloop._validate import check_int, check_text
+
+if TYPE_CHECKING:
+    from agentloop._model import Message
+
+
+def _text(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    check_text(value, attribute.name)
+
+
+def _count(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    check_int(value, attribute.name)
+
+
+@attrs.frozen
+class Compaction:
+    """What a :class:`Compactor` returns.
+
+    ``summary`` replaces ``messages[:retained_from]`` of the messages it was
+    given; ``messages[retained_from]`` is the first message kept verbatim
+    (``retained_from == len(messages)`` keeps none). An empty ``summary``
+    means "nothing to compact". The tokens are added to the run's totals.
+
+    Raises:
+        TypeError, ValueError: a field has the wrong type or a negative value.
+    """
+
+    summary: str = attrs.field(validator=_text)
+    retained_from: int = attrs.field(validator=_count)
+    prompt_tokens: int = attrs.field(default=0, validator=_count)
+    completion_tokens: int = attrs.field(default=0, validator=_count)
+
+
+@runtime_checkable
+class Compactor(Protocol):
+    """Summarizes older history; the loop calls it once per run, after the ``user`` step."""
+
+    async def compact(self, messages: Sequence[Message]) -> Compaction:
+        """Summarize a prefix of ``messages`` (the rehydrated history plus the new user message).
+
+        When the history starts with an earlier summary (a ``system`` message),
+        a new summary supersedes it: fold it in. An exception, or a
+        ``retained_from`` outside ``[0, len(messages)]``, is reported as a
+        :class:`LoopWarning` and the run goes on uncompacted.
+        """
+        ...

@@ -1,0 +1,183 @@
+"""``Loop``: drives a model and tools through the two stores, one run per call."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from agentloop._compaction import Compactor
+from agentloop._config import LoopConfig, RunResult
+from agentloop._model import Model
+from agentloop._protocols import SessionStore, StepStore
+from agentloop._run import Run
+from agentloop._tools import Tool
+from agentloop._validate import check_text, preview, validate_session_id
+
+if TYPE_CHECKING:
+    from agentloop._events import EventHandler
+
+
+@attrs.define
+class _SessionLock:
+    lock: trio.Lock = attrs.field(factory=trio.Lock)
+    users: int = 0
+
+
+class Loop:
+    """Runs an agent: a model, its tools, and the two stores that remember each session.
+
+    ``steps`` / ``sessions`` default to fresh ``agentloopmem`` stores (each can
+    be swapped alone); they are exposed as ``loop.steps`` / ``loop.sessions``.
+    ``tools`` must have distinct names. ``on_event`` is called synchronously
+    with each typed event (see :class:`EventCollector`); an exception it raises
+    fails the run like any other. ``compactor``, when given, runs once per run
+    on the rehydrated history.
+
+    A ``Loop`` belongs to one trio run at a time (it holds trio locks).
+
+    Raises:
+        TypeError: an argument has the wrong type.
+        ValueError: two tools share a name.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        steps: StepStore | None = None,
+        sessions: SessionStore | None = None,
+        tools: Iterable[Tool] = (),
+        config: LoopConfig = LoopConfig(),  # noqa: B008 - frozen, so sharing it is safe
+        on_event: EventHandler | None = None,
+        compactor: Compactor | None = None,
+    ) -> None:
+        if not isinstance(model, Model):
+            raise TypeError(
+                f"model must have an async complete(request) method, got {preview(model)}"
+            )
+        if steps is None or sessions is None:
+            # Imported here: agentloopmem imports agentloop, so a top-level import would cycle.
+            import agentloopmem
+
+            steps = agentloopmem.StepStore() if steps is None else steps
+            sessions = agentloopmem.SessionStore() if sessions is None else sessions
+        if not isinstance(steps, StepStore):
+            raise TypeError(f"steps must be a StepStore, got {preview(steps)}")
+        if not isinstance(sessions, SessionStore):
+            raise TypeError(f"sessions must be a SessionStore, got {preview(sessions)}")
+        if not isinstance(config, LoopConfig):
+            raise TypeError(f"config must be a LoopConfig, got {preview(config)}")
+        if on_event is not None and not callable(on_event):
+            raise TypeError(f"on_event must be a callable or None, got {preview(on_event)}")
+        if inspect.iscoroutinefunction(on_event):
+            raise TypeError(
+                f"on_event must be a plain (sync) callable, it is called inline; "
+                f"got the async function {preview(on_event)}"
+            )
+        if compactor is not None and not isinstance(compactor, Compactor):
+            raise TypeError(
+                f"compactor must have an async compact(messages) method, got {preview(compactor)}"
+            )
+        by_name: dict[str, Tool] = {}
+        for item in tools:
+            if not isinstance(item, Tool):
+                raise TypeError(f"tools must hold only Tool values, got {preview(item)}")
+            if item.name in by_name:
+                raise ValueError(f"tools must have distinct names, got {item.name!r} twice")
+            by_name[item.name] = item
+        self._model = model
+        self._steps = steps
+        self._sessions = sessions
+        self._tools = by_name
+        self._specs = tuple(item.spec for item in by_name.values())
+        self._config = config
+        self._on_event = on_event
+        self._compactor = compactor
+        self._locks: dict[str, _SessionLock] = {}
+
+    @property
+    def steps(self) -> StepStore:
+        """The step store this loop appends to."""
+        return self._steps
+
+    @property
+    def sessions(self) -> SessionStore:
+        """The session store this loop reads sessions from and finalizes runs in."""
+        return self._sessions
+
+    @property
+    def config(self) -> LoopConfig:
+        """The loop's settings."""
+        return self._config
+
+    @asynccontextmanager
+    async def _session_lock(self, session_id: str) -> AsyncIterator[None]:
+        # One lock per session with a waiter, dropped when the last run lets go,
+        # so a long-lived Loop does not keep a lock for every session it ever ran.
+        entry = self._locks.get(session_id)
+        if entry is None:
+            entry = self._locks[session_id] = _SessionLock()
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            if entry.users == 0:
+                del self._locks[session_id]
+
+    async def run(self, session_id: str, message: str) -> RunResult:
+        """Run the agent on ``message`` for the session and return how the run ended.
+
+        In order: ``get`` the session → ``last_n(history_window)`` → rehydrate
+        the messages and the working memory → append the ``user`` step →
+        compaction (if a compactor was given) → iterate: call the model; each
+        tool call is a ``tool_call`` step and, once the tool ran, a
+        ``tool_result`` step; a reply without tool calls is the ``response``
+        step and completes the run → ``finalize`` once. Step indices continue
+        from the last stored step. Runs of one session on this ``Loop``
+        never interleave; different sessions run concurrently.
+
+        Unknown tools, malformed arguments and tool exceptions become
+        ``Error:`` tool results and the run goes on. ``max_iterations``,
+        ``token_budget`` and ``run_timeout`` end the run with an ``error`` step
+        and the matching status (``RunResult.text`` is then ``""``).
+
+        Raises:
+            TypeError, ValueError: ``session_id`` or ``message`` is invalid.
+            StoreError: a store call failed; the message names the operation
+                and the session, ``__cause__`` is the store's exception. A failed
+                ``get`` writes nothing and finalizes nothing; any later failure
+                is followed by a shielded best-effort ``finalize(error)``.
+            Exception: whatever the model raised, after an ``error`` step and
+                ``finalize(error)``.
+
+        ``run_timeout`` covers the whole run, ``get`` included; when it expires
+        before the history was loaded, no step is written (the next index is
+        unknown), only ``finalize(timeout)``.
+
+        **Cancellation**: the run stops, records ``finalize(cancelled)`` in a
+        shielded scope bounded by ``finalize_timeout``, then ``Cancelled``
+        propagates. Steps appended before the cancellation stay. A run cancelled
+        while it waits for its session lock has not started and records nothing.
+        """
+        validate_session_id(session_id)
+        check_text(message, "message")
+        async with self._session_lock(session_id):
+            run = Run(
+                model=self._model,
+                steps=self._steps,
+                sessions=self._sessions,
+                tools=self._tools,
+                specs=self._specs,
+                config=self._config,
+                on_event=self._on_event,
+                compactor=self._compactor,
+                session_id=session_id,
+                message=message,
+            )
+            return await run.execute()

@@ -1,0 +1,203 @@
+"""The model seam: what the loop sends a model, what it gets back, and a scripted model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+import trio
+
+from agentloop._validate import check_int, check_text, preview
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def _name(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    check_text(value, attribute.name, allow_nul=False)
+    if not value:
+        raise ValueError(f"{attribute.name} must be a non-empty str, got ''")
+
+
+def _text(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    check_text(value, attribute.name)
+
+
+def _int32(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    check_int(value, attribute.name)
+
+
+def _role(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    check_text(value, attribute.name)
+    if value not in ROLES:
+        raise ValueError(f"{attribute.name} must be one of {', '.join(ROLES)}, got {value!r}")
+
+
+def _optional_name(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        _name(inst, attribute, value)
+
+
+def _to_tuple(value: object) -> object:
+    # Lists are accepted for convenience; the stored value is an immutable tuple.
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _tuple_of(kind: type) -> Any:
+    def check(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, tuple):
+            raise TypeError(f"{attribute.name} must be a tuple, got {preview(value)}")
+        for item in value:
+            if not isinstance(item, kind):
+                raise TypeError(
+                    f"{attribute.name} must hold only {kind.__name__} values, got {preview(item)}"
+                )
+
+    return check
+
+
+def _schema(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, dict):
+        raise TypeError(f"{attribute.name} must be a dict (a JSON schema), got {preview(value)}")
+
+
+@attrs.frozen
+class ToolCall:
+    """One tool call requested by the model.
+
+    ``args`` is the model's argument text, meant to be a JSON object. It is not
+    parsed here: malformed arguments reach the loop, which answers the model
+    with an ``Error:`` tool result instead of failing the run.
+    """
+
+    id: str = attrs.field(validator=_name)
+    name: str = attrs.field(validator=_name)
+    args: str = attrs.field(default="{}", validator=_text)
+
+
+@attrs.frozen
+class Message:
+    """One entry of the conversation the model sees.
+
+    ``role`` is ``system``, ``user``, ``assistant`` or ``tool``. An assistant
+    message may carry ``tool_calls``; a tool message answers the call whose id
+    is ``tool_call_id``.
+    """
+
+    role: str = attrs.field(validator=_role)
+    content: str = attrs.field(default="", validator=_text)
+    tool_calls: tuple[ToolCall, ...] = attrs.field(
+        default=(), converter=_to_tuple, validator=_tuple_of(ToolCall)
+    )
+    tool_call_id: str | None = attrs.field(default=None, validator=_optional_name)
+
+
+@attrs.frozen
+class ToolSpec:
+    """What the model is told about one tool: its name, purpose and JSON schema of arguments."""
+
+    name: str = attrs.field(validator=_name)
+    description: str = attrs.field(validator=_text)
+    parameters: dict[str, Any] = attrs.field(validator=_schema, hash=False)
+
+
+def _optional_json(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        check_text(value, attribute.name)
+
+
+@attrs.frozen
+class ModelRequest:
+    """Everything one model call sees: model name, system prompt, messages, tools, data.
+
+    ``data`` is the session's working memory as JSON text (``None`` when it has none).
+    """
+
+    model: str = attrs.field(validator=_text)
+    system_prompt: str = attrs.field(validator=_text)
+    messages: tuple[Message, ...] = attrs.field(converter=_to_tuple, validator=_tuple_of(Message))
+    tools: tuple[ToolSpec, ...] = attrs.field(converter=_to_tuple, validator=_tuple_of(ToolSpec))
+    data: str | None = attrs.field(validator=_optional_json)
+
+
+@attrs.frozen
+class ModelReply:
+    """What one model call returned: text, tool calls, and the tokens it cost.
+
+    A reply without tool calls is the run's final response.
+    """
+
+    content: str = attrs.field(default="", validator=_text)
+    tool_calls: tuple[ToolCall, ...] = attrs.field(
+        default=(), converter=_to_tuple, validator=_tuple_of(ToolCall)
+    )
+    prompt_tokens: int = attrs.field(default=0, validator=_int32)
+    completion_tokens: int = attrs.field(default=0, validator=_int32)
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A chat model behind one async call."""
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        """Answer ``request``.
+
+        An exception ends the run with status ``error`` (after an ``error``
+        step) and propagates to the caller of ``Loop.run``.
+        """
+        ...
+
+
+class ScriptedModel:
+    """Replays fixed replies in order and records every request it received.
+
+    The deterministic model for eval suites and tests: ``replies`` are
+    :class:`ModelReply` values (a ``str`` is shorthand for
+    ``ModelReply(content=...)``). ``requests`` lists every :class:`ModelRequest`
+    in the order received, so a test can assert on exactly what the model saw.
+
+    ``complete`` is a trio checkpoint: a cancelled call raises ``Cancelled``
+    and consumes no reply.
+
+    Raises:
+        TypeError: a reply is neither a ``ModelReply`` nor a ``str``.
+    """
+
+    def __init__(self, replies: Iterable[ModelReply | str]) -> None:
+        script: list[ModelReply] = []
+        for position, reply in enumerate(replies):
+            if isinstance(reply, str):
+                reply = ModelReply(content=reply)
+            elif not isinstance(reply, ModelReply):
+                raise TypeError(
+                    f"replies[{position}] must be a ModelReply or a str, got {preview(reply)}"
+                )
+            script.append(reply)
+        self._script = script
+        self._next = 0
+        self.requests: list[ModelRequest] = []
+
+    @property
+    def remaining(self) -> int:
+        """How many replies are left in the script."""
+        return len(self._script) - self._next
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        """Record ``request`` and return the next scripted reply.
+
+        Raises:
+            TypeError: ``request`` is not a ``ModelRequest``.
+            RuntimeError: the script has run out; the request is still recorded.
+        """
+        if not isinstance(request, ModelRequest):
+            raise TypeError(f"request must be a ModelRequest, got {preview(request)}")
+        await trio.lowlevel.checkpoint()
+        self.requests.append(request)
+        if self._next >= len(self._script):
+            raise RuntimeError(
+                f"ScriptedModel ran out of replies: all {len(self._script)} were used "
+                f"and request {len(self.requests)} asked for another"
+            )
+        reply = self._script[self._next]
+        self._next += 1
+        return reply

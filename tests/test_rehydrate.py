@@ -1,0 +1,174 @@
+"""Replay: steps → messages, the checkpoint rule, call/result pairing, the recording format."""
+
+from __future__ import annotations
+
+import json
+
+from agentloop import CompactionCheckpoint, Message, RunStep, StepType, ToolCall
+from agentloop._rehydrate import (
+    latest_checkpoint,
+    next_step_index,
+    replay,
+    tool_call_fields,
+    tool_result_args,
+)
+
+
+def step(index: int, kind: str, content: str = "", tool_args: str = "{}") -> RunStep:
+    return RunStep("s", index, StepType(kind), content, tool_args)
+
+
+def call_steps(index: int, call: ToolCall, output: str, text: str = "") -> list[RunStep]:
+    content, args = tool_call_fields(call, text)
+    return [
+        step(index, "tool_call", content, args),
+        step(index + 1, "tool_result", output, tool_result_args(call)),
+    ]
+
+
+def summary(index: int, text: str, retain: int) -> RunStep:
+    return step(index, "summary", text, CompactionCheckpoint(retain).to_json())
+
+
+class TestReplay:
+    def test_mapping(self) -> None:
+        """user→user, tool_call→assistant call, tool_result→tool, response→assistant."""
+        call = ToolCall("c1", "add", '{"a": 1}')
+        steps = [step(0, "user", "hi"), *call_steps(1, call, "2"), step(3, "response", "two")]
+        messages, sources = replay(steps)
+        assert messages == [
+            Message("user", "hi"),
+            Message("assistant", "", (call,)),
+            Message("tool", "2", tool_call_id="c1"),
+            Message("assistant", "two"),
+        ]
+        assert sources == [0, 1, 2, 3]
+
+    def test_error_steps_not_replayed(self) -> None:
+        """error steps are left out of the conversation."""
+        steps = [step(0, "user", "hi"), step(1, "error", "boom"), step(2, "user", "again")]
+        assert [m.content for m in replay(steps)[0]] == ["hi", "again"]
+
+    def test_checkpoint_rule(self) -> None:
+        """The latest valid summary comes first; older steps and every summary are skipped."""
+        steps = [
+            step(0, "user", "old"),
+            step(1, "response", "old answer"),
+            summary(2, "first summary", 0),
+            step(3, "user", "mid"),
+            summary(4, "second summary", 3),
+            step(5, "response", "mid answer"),
+        ]
+        messages, sources = replay(steps)
+        assert messages == [
+            Message("system", "second summary"),
+            Message("user", "mid"),
+            Message("assistant", "mid answer"),
+        ]
+        assert sources == [3, 3, 5]
+
+    def test_unparsable_checkpoint_ignored(self) -> None:
+        """A summary with a broken marker is ignored; the previous valid one wins."""
+        steps = [
+            step(0, "user", "old"),
+            summary(1, "good summary", 2),
+            step(2, "user", "new"),
+            step(3, "summary", "bad summary", '{"retain": 9}'),
+        ]
+        assert replay(steps)[0] == [Message("system", "good summary"), Message("user", "new")]
+        only_bad = [step(0, "user", "a"), step(1, "summary", "bad", "[]")]
+        assert replay(only_bad)[0] == [Message("user", "a")]
+
+    def test_checkpoint_survives_reserialized_tool_args(self) -> None:
+        """A store that re-serializes the checkpoint JSON (spacing, key order) still works."""
+        steps = [step(0, "user", "a"), step(1, "summary", "sum", '{ "retain_from_step" : 2 }')]
+        assert latest_checkpoint(steps) is not None
+        assert replay(steps)[0] == [Message("system", "sum")]
+
+    def test_consecutive_calls_group_into_one_message(self) -> None:
+        """tool_call steps recorded back to back are one assistant message with all calls."""
+        a, b = ToolCall("a", "f", "{}"), ToolCall("b", "g", "{}")
+        head_a = tool_call_fields(a, "thinking")
+        head_b = tool_call_fields(b)
+        steps = [
+            step(0, "user", "hi"),
+            step(1, "tool_call", *head_a),
+            step(2, "tool_call", *head_b),
+            step(3, "tool_result", "ra", tool_result_args(a)),
+            step(4, "tool_result", "rb", tool_result_args(b)),
+        ]
+        messages, _ = replay(steps)
+        assert messages[1] == Message("assistant", "thinking", (a, b))
+        assert [m.tool_call_id for m in messages[2:]] == ["a", "b"]
+
+    def test_result_without_its_call_is_dropped(self) -> None:
+        """A window that cut off the call drops the orphaned result."""
+        call = ToolCall("c1", "f", "{}")
+        steps = [*call_steps(0, call, "out")[1:], step(2, "response", "done")]
+        assert replay(steps)[0] == [Message("assistant", "done")]
+
+    def test_unanswered_call_is_dropped(self) -> None:
+        """A call the run never answered (it stopped in between) is not replayed."""
+        a, b = ToolCall("a", "f", "{}"), ToolCall("b", "f", "{}")
+        steps = [
+            step(0, "tool_call", *tool_call_fields(a)),
+            step(1, "tool_call", *tool_call_fields(b)),
+            step(2, "tool_result", "ra", tool_result_args(a)),
+            step(3, "user", "next"),
+            step(4, "tool_call", *tool_call_fields(ToolCall("z", "f", "{}"))),
+        ]
+        messages, _ = replay(steps)
+        assert messages == [
+            Message("assistant", "", (a,)),
+            Message("tool", "ra", tool_call_id="a"),
+            Message("user", "next"),
+        ]
+
+    def test_next_step_index(self) -> None:
+        """Next index is the last stored step's index + 1, or 0."""
+        assert next_step_index([]) == 0
+        assert next_step_index([step(7, "user"), step(3, "user")]) == 4
+
+
+class TestRecordingFormat:
+    def test_tool_call_fields(self) -> None:
+        """content holds id and name as JSON; tool_args holds the arguments."""
+        content, args = tool_call_fields(ToolCall("id-1", "search", '{"q": "x"}'))
+        assert json.loads(content) == {"id": "id-1", "name": "search"}
+        assert args == '{"q": "x"}'
+
+    def test_malformed_args_kept_exactly_in_content(self) -> None:
+        """Arguments that are not JSON are stored verbatim in content, tool_args stays JSON."""
+        call = ToolCall("c", "f", "{oops")
+        content, args = tool_call_fields(call)
+        assert args == "{}"
+        assert replay(
+            [
+                step(0, "tool_call", content, args),
+                step(1, "tool_result", "E", tool_result_args(call)),
+            ]
+        )[0][0].tool_calls == (call,)
+
+    def test_args_survive_reserialization(self) -> None:
+        """A store re-serializing tool_args (key order) yields JSON-equal arguments."""
+        call = ToolCall("c", "f", '{"b": 1, "a": 2}')
+        content, _ = tool_call_fields(call)
+        steps = [
+            step(0, "tool_call", content, '{"a":2,"b":1}'),
+            step(1, "tool_result", "r", '{"name":"f","tool_call_id":"c"}'),
+        ]
+        replayed = replay(steps)[0][0].tool_calls[0]
+        assert (replayed.id, replayed.name) == ("c", "f")
+        assert json.loads(replayed.args) == json.loads(call.args)
+
+    def test_foreign_tool_call_content_is_tolerated(self) -> None:
+        """A tool_call whose content is a bare name (not our format) still replays."""
+        steps = [step(4, "tool_call", "lookup", '{"k": 1}'), step(5, "tool_result", "v", "{}")]
+        messages, _ = replay(steps)
+        assert messages == []  # no recoverable call id, so the pair cannot be matched
+        steps = [
+            step(4, "tool_call", "lookup", '{"k": 1}'),
+            step(5, "tool_result", "v", '{"tool_call_id": "step-4"}'),
+        ]
+        messages, _ = replay(steps)
+        assert messages[0].tool_calls == (ToolCall("step-4", "lookup", '{"k": 1}'),)
