@@ -122,10 +122,16 @@ class TestSession:
 class TestRunStep:
     def test_valid(self) -> None:
         """A fully specified step keeps every field."""
-        s = step(content="hi", tool_args='{"a": 1}', duration_ms=5, prompt_tokens=7,
-                 completion_tokens=9)
+        s = step(
+            content="hi", tool_args='{"a": 1}', duration_ms=5, prompt_tokens=7, completion_tokens=9
+        )
         assert (s.content, s.tool_args, s.duration_ms, s.prompt_tokens, s.completion_tokens) == (
-            "hi", '{"a": 1}', 5, 7, 9)
+            "hi",
+            '{"a": 1}',
+            5,
+            7,
+            9,
+        )
 
     def test_step_type_from_str(self) -> None:
         """A step type's value converts to the enum member."""
@@ -252,8 +258,9 @@ class TestCompactionCheckpoint:
         text = '{ "other": 1,  "retain_from_step":3 }'
         assert CompactionCheckpoint.from_json(text) == CompactionCheckpoint(3)
 
-    @pytest.mark.parametrize("bad", ["{}", "[]", '{"retain_from_step": "3"}',
-                                     '{"retain_from_step": true}', "nope"])
+    @pytest.mark.parametrize(
+        "bad", ["{}", "[]", '{"retain_from_step": "3"}', '{"retain_from_step": true}', "nope"]
+    )
     def test_from_bad_json(self, bad: str) -> None:
         """Malformed checkpoints are ValueErrors the loop can ignore."""
         with pytest.raises(ValueError, match=r"(checkpoint|retain_from_step) must be"):
@@ -274,16 +281,22 @@ class TestSessionInfo:
     def test_status_type(self) -> None:
         """status is a RunStatus or None."""
         with pytest.raises(TypeError, match=r"status"):
-            SessionInfo(id="a", status="completed", step_count=0,  # type: ignore[arg-type]
-                        created_at=AWARE, updated_at=AWARE)
+            SessionInfo(
+                id="a",
+                status="completed",
+                step_count=0,  # type: ignore[arg-type]
+                created_at=AWARE,
+                updated_at=AWARE,
+            )
 
 
 class TestWithData:
     def test_replaces_only_data(self) -> None:
         """with_data keeps id, model and prompt and swaps the data."""
         base = Session("s", model="m", system_prompt="p", data="1")
-        assert base.with_data('{"a": 2}') == Session("s", model="m", system_prompt="p",
-                                                     data='{"a": 2}')
+        assert base.with_data('{"a": 2}') == Session(
+            "s", model="m", system_prompt="p", data='{"a": 2}'
+        )
         assert base.with_data(None).data is None
         assert base.data == "1"
 
