@@ -3,13 +3,15 @@
 usage: python sql_child.py sqlite PATH SESSION COUNT [TAG]
        python sql_child.py postgres DSN:SCHEMA SESSION COUNT [TAG]
 
-Prints ``ready`` once the store is open, then the index of every step after
+For SQLite, ``AGENTLOOP_CHILD_SYNCHRONOUS`` picks the ``synchronous`` level
+(default: the store's default). Prints ``ready`` once the store is open, then the index of every step after
 its ``append`` returned, one per line, flushed. ``TAG`` goes into each step's
 content (``TAG:index``) so interleaved writers can be told apart.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import trio
@@ -20,7 +22,8 @@ from agentloopsql import PostgresStore, SqliteStore
 
 async def main(kind: str, target: str, session: str, count: int, tag: str) -> None:
     if kind == "sqlite":
-        store: SqliteStore | PostgresStore = await SqliteStore.open(target)
+        level = os.environ.get("AGENTLOOP_CHILD_SYNCHRONOUS", "full")
+        store: SqliteStore | PostgresStore = await SqliteStore.open(target, synchronous=level)
     else:
         dsn, _, schema = target.rpartition(":")
         store = await PostgresStore.open(dsn, schema=schema, pool_size=1)
