@@ -4,8 +4,8 @@ usage: python sql_child.py sqlite PATH SESSION COUNT [TAG]
        python sql_child.py postgres DSN:SCHEMA SESSION COUNT [TAG]
 
 For SQLite, ``AGENTLOOP_CHILD_SYNCHRONOUS`` picks the ``synchronous`` level
-(default: the store's default). Prints ``ready`` once the store is open, then the index of every step after
-its ``append`` returned, one per line, flushed. ``TAG`` goes into each step's
+(default ``full``). Prints ``ready`` once the store is open, then the index
+of every step after its ``append`` returned, one per line, flushed. ``TAG`` goes into each step's
 content (``TAG:index``) so interleaved writers can be told apart.
 """
 

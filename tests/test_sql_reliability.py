@@ -22,12 +22,13 @@ SEED = int(os.environ.get("AGENTLOOP_CRASH_SEED", "20261129"))
 
 
 def _spawn(
-    kind: str, target: str, session: str, count: int, tag: str = ""
+    kind: str, target: str, session: str, count: int, tag: str = "", synchronous: str = "full"
 ) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, CHILD, kind, target, session, str(count), tag],
         stdout=subprocess.PIPE,
         text=True,
+        env={**os.environ, "AGENTLOOP_CHILD_SYNCHRONOUS": synchronous},
     )
 
 
