@@ -32,6 +32,9 @@ R = TypeVar("R")
 
 _keys = random.Random()
 
+# Windows wider than this are "everything": SQL LIMITs are signed 64-bit.
+_MAX_WINDOW = 2**62
+
 
 def new_key() -> int:
     """A random 63-bit key: after a lost connection, it tells whether a write landed."""
@@ -144,8 +147,9 @@ class SqlStoreBase(Generic[ConnT]):
         """
         validate_n(n)
         validate_session_id(session_id)
+        window = min(n, _MAX_WINDOW)
         ops = self._ops
-        return await self._run(lambda conn: ops.last_n(conn, session_id, n), write=False)
+        return await self._run(lambda conn: ops.last_n(conn, session_id, window), write=False)
 
     async def all(self, session_id: str) -> list[RunStep]:
         """Every step of the session in insertion order; ``[]`` for an unknown session.
@@ -276,8 +280,9 @@ class SqlStoreBase(Generic[ConnT]):
         **Cancellation handling**: all-or-nothing, as described on the class.
         """
         validate_n(limit, "limit")
+        window = min(limit, _MAX_WINDOW)
         ops = self._ops
-        return await self._run(lambda conn: ops.list_sessions(conn, limit), write=False)
+        return await self._run(lambda conn: ops.list_sessions(conn, window), write=False)
 
     async def delete_session(self, session_id: str) -> bool:
         """Drop the session, its steps and its summaries in one transaction.

@@ -129,3 +129,11 @@ async def test_extreme_numbers_and_times(store: Store) -> None:
     summary = FinalizeSummary("completed", top, top, top, top, 2**63 - 1)
     await store.finalize("n", summary)
     assert await store.final("n") == summary
+
+
+async def test_huge_windows_mean_everything(store: Store) -> None:
+    """last_n and list_sessions accept any int >= 1, even beyond 64 bits."""
+    await store.append(RunStep("w", 0, "user"))
+    await store.put(Session("w"))
+    assert len(await store.last_n("w", 10**30)) == 1
+    assert len(await store.list_sessions(limit=2**63)) == 1
