@@ -138,6 +138,25 @@ class TestOpen:
             assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
+class TestLocking:
+    async def test_write_lock_held_too_long(self, db: str) -> None:
+        """A write lock held past busy_timeout: StoreUnavailableError, nothing written."""
+        async with await SqliteStore.open(db, busy_timeout=0.05) as store:
+            other = sqlite3.connect(db, isolation_level=None)
+            other.execute("BEGIN IMMEDIATE")
+            try:
+                with pytest.raises(
+                    StoreUnavailableError, match=r"^SQLite failed: database is locked"
+                ):
+                    await store.append(step("s", 0))
+            finally:
+                other.execute("ROLLBACK")
+                other.close()
+            assert await store.all("s") == []
+            await store.append(step("s", 1))
+            assert [s.step_index for s in await store.all("s")] == [1]
+
+
 class TestClose:
     async def test_closed_store_raises(self, db: str) -> None:
         """After aclose every call raises StoreClosedError; aclose is idempotent."""
