@@ -20,6 +20,7 @@ import itertools
 import os
 import secrets
 import shutil
+import sys
 import tempfile
 import threading
 import weakref
@@ -34,6 +35,7 @@ DSN_VARIABLE = "AGENTLOOP_PG_DSN"
 
 _lock = threading.Lock()
 _created: list[tuple[str, str]] = []  # (dsn, schema) of every schema postgres() made
+_registered: list[bool] = []  # non-empty once the exit hook is registered
 
 
 def sqlite() -> Harness:
@@ -75,8 +77,9 @@ def postgres(dsn: str | None = None) -> Harness:
     async def new_store() -> PostgresStore:
         schema = f"agentloop_test_{os.getpid()}_{secrets.token_hex(6)}"
         with _lock:
-            if not _created:
-                atexit.register(drop_test_schemas)
+            if not _registered:
+                atexit.register(_drop_at_exit)
+                _registered.append(True)
             _created.append((target, schema))
         return await PostgresStore.open(target, schema=schema, pool_size=2)
 
@@ -86,6 +89,13 @@ def postgres(dsn: str | None = None) -> Harness:
         return await PostgresStore.open(target, schema=store.schema, pool_size=2)
 
     return Harness(new_step_store=new_store, new_session_store=new_store, reopen=reopen)
+
+
+def _drop_at_exit() -> None:
+    try:
+        drop_test_schemas()
+    except Exception as exc:  # the server may be gone by now; say so, don't crash the exit
+        print(f"agentloopsql.testing: could not drop test schemas: {exc}", file=sys.stderr)
 
 
 def drop_test_schemas() -> None:
