@@ -207,7 +207,7 @@ class SqliteStore(SqlStoreBase[sqlite3.Connection]):
 
         Raises:
             TypeError: ``path`` is not a str or path; a bad ``synchronous``/``busy_timeout``.
-            ValueError: ``synchronous`` is not one of the choices above.
+            ValueError: ``path`` is empty; ``synchronous`` is not one of the choices above.
             StoreError: the file's schema is newer than this version supports.
             StoreUnavailableError: SQLite could not open or migrate the file.
 
@@ -220,6 +220,8 @@ class SqliteStore(SqlStoreBase[sqlite3.Connection]):
         name = os.fspath(path)
         if not isinstance(name, str):
             raise TypeError(f"path must name a file as str, got {preview(name)}")
+        if not name:
+            raise ValueError("path must name a file (or be ':memory:'), got ''")
         if not isinstance(synchronous, str):
             raise TypeError(f"synchronous must be a str, got {preview(synchronous)}")
         if synchronous.lower() not in SYNCHRONOUS:

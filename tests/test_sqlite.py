@@ -87,6 +87,8 @@ class TestOpen:
         """Bad open arguments raise TypeError/ValueError naming the argument."""
         with pytest.raises(TypeError, match=r"^path must be"):
             await SqliteStore.open(3)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match=r"^path must name a file"):
+            await SqliteStore.open("")
         with pytest.raises(ValueError, match=r"^synchronous must be one of"):
             await SqliteStore.open(db, synchronous="off")
         with pytest.raises(ValueError, match=r"^busy_timeout must be"):
