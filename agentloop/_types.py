@@ -102,6 +102,11 @@ def _status(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     _check_member(RunStatus, attribute.name, value)
 
 
+def _optional_status(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        _check_member(RunStatus, attribute.name, value)
+
+
 def _to_utc(value: object) -> object:
     if isinstance(value, datetime) and value.utcoffset() is not None:
         return value.astimezone(UTC)
@@ -145,11 +150,22 @@ class Session:
         """
         if data is not None:
             validate_json(data, "data")
-        copy = object.__new__(Session)
-        for name, value in (("id", self.id), ("model", self.model),
-                            ("system_prompt", self.system_prompt), ("data", data)):
-            object.__setattr__(copy, name, value)
-        return copy
+        return replace_checked_data(self, data)
+
+
+def replace_checked_data(session: Session, data: str | None) -> Session:
+    """``session`` with ``data`` swapped in, skipping validation: ``data`` must be checked already.
+
+    For stores that validate a snapshot outside their lock and swap it in
+    under it; everything else uses :meth:`Session.with_data`.
+    """
+    copy = object.__new__(Session)
+    setattr_ = object.__setattr__  # the frozen class's own __setattr__ refuses
+    setattr_(copy, "id", session.id)
+    setattr_(copy, "model", session.model)
+    setattr_(copy, "system_prompt", session.system_prompt)
+    setattr_(copy, "data", data)
+    return copy
 
 
 @attrs.frozen
@@ -229,9 +245,7 @@ class SessionInfo:
     """
 
     id: str = attrs.field(validator=_session_id)
-    status: RunStatus | None = attrs.field(
-        validator=attrs.validators.optional(attrs.validators.instance_of(RunStatus))
-    )
+    status: RunStatus | None = attrs.field(converter=_to_status, validator=_optional_status)
     step_count: int = attrs.field(validator=_int64)
     created_at: datetime = attrs.field(converter=_to_utc, validator=_aware_datetime)
     updated_at: datetime = attrs.field(converter=_to_utc, validator=_aware_datetime)

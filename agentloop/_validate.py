@@ -7,6 +7,7 @@ bad value, with a message naming the field, the rule and the value.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 INT32_MAX = 2**31 - 1
@@ -96,7 +97,14 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"number {text} is out of range for a double")
+    return value
+
+
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
 
 
 def _check_strings(value: Any, field: str) -> None:
@@ -121,7 +129,8 @@ def parse_json(value: object, field: str) -> Any:
     """Check that ``value`` is JSON text every store can keep, and return it decoded.
 
     JSON here is strict RFC 8259: ``NaN``/``Infinity`` are refused, and so are
-    strings holding NUL or lone surrogates (escaped or not).
+    numbers that overflow a double (``1e400``) and strings holding NUL or lone
+    surrogates (escaped or not) — every store can keep and re-encode the rest.
 
     Raises:
         TypeError: ``value`` is not a ``str``.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -16,7 +17,8 @@ from agentloop import (
     validate_n,
     validate_session_id,
 )
-from agentloop._validate import preview
+from agentloop._types import replace_checked_data
+from agentloop._validate import preview, validate_json
 from agentloopmem._base import MemoryStoreBase
 
 
@@ -30,6 +32,10 @@ class _Record:
     updated_at: datetime
     step_total: int
     write_seq: int
+
+
+def _by_write_seq(record: _Record) -> int:
+    return record.write_seq
 
 
 def _system_clock() -> datetime:
@@ -62,6 +68,7 @@ class SessionStore(MemoryStoreBase):
         self._records.clear()
 
     def _now(self) -> datetime:
+        """The clock's time in UTC; called outside the lock, since the clock is user code."""
         if self._clock is _system_clock:
             return _system_clock()
         now = self._clock()
@@ -69,9 +76,8 @@ class SessionStore(MemoryStoreBase):
             raise ValueError(f"clock must return a timezone-aware datetime, got {preview(now)}")
         return now.astimezone(UTC)
 
-    def _write(self, session_id: str) -> _Record:
+    def _write(self, session_id: str, now: datetime) -> _Record:
         """The record to write into, created on first write; call with the lock held."""
-        now = self._now()
         seq = next(self._write_seq)
         record = self._records.get(session_id)
         if record is None:
@@ -120,16 +126,17 @@ class SessionStore(MemoryStoreBase):
             StoreClosedError: the store was closed.
         """
         validate_session_id(session_id)
-        if snapshot is not None and not isinstance(snapshot, str):
-            raise TypeError(f"snapshot must be JSON text or None, got {preview(snapshot)}")
+        if snapshot is not None:
+            if not isinstance(snapshot, str):
+                raise TypeError(f"snapshot must be JSON text or None, got {preview(snapshot)}")
+            # Parsed before the lock, so a big snapshot never stalls other threads.
+            validate_json(snapshot, "data")
         await trio.lowlevel.checkpoint_if_cancelled()
+        now = self._now()
         with self._lock:
             self._check_open()
-            current = self._records.get(session_id)
-            base = current.session if current is not None else Session(id=session_id)
-            # Built before any state changes: an invalid snapshot raises here.
-            session = base.with_data(snapshot)
-            self._write(session_id).session = session
+            record = self._write(session_id, now)
+            record.session = replace_checked_data(record.session, snapshot)
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def finalize(self, session_id: str, summary: FinalizeSummary) -> None:
@@ -143,9 +150,10 @@ class SessionStore(MemoryStoreBase):
         if not isinstance(summary, FinalizeSummary):
             raise TypeError(f"summary must be a FinalizeSummary, got {preview(summary)}")
         await trio.lowlevel.checkpoint_if_cancelled()
+        now = self._now()
         with self._lock:
             self._check_open()
-            record = self._write(session_id)
+            record = self._write(session_id, now)
             record.final = summary
             record.step_total += summary.step_count
         await trio.lowlevel.cancel_shielded_checkpoint()
@@ -160,9 +168,10 @@ class SessionStore(MemoryStoreBase):
         if not isinstance(session, Session):
             raise TypeError(f"session must be a Session, got {preview(session)}")
         await trio.lowlevel.checkpoint_if_cancelled()
+        now = self._now()
         with self._lock:
             self._check_open()
-            self._write(session.id).session = session
+            self._write(session.id, now).session = session
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def final(self, session_id: str) -> FinalizeSummary | None:
@@ -190,11 +199,9 @@ class SessionStore(MemoryStoreBase):
         await trio.lowlevel.checkpoint_if_cancelled()
         with self._lock:
             self._check_open()
-            records = sorted(self._records.values(), key=lambda r: r.write_seq, reverse=True)
-            rows = [
-                (r.session.id, r.final, r.step_total, r.created_at, r.updated_at)
-                for r in records[:limit]
-            ]
+            newest = heapq.nlargest(limit, self._records.values(), key=_by_write_seq)
+            rows = [(r.session.id, r.final, r.step_total, r.created_at, r.updated_at)
+                    for r in newest]
         await trio.lowlevel.cancel_shielded_checkpoint()
         return [
             SessionInfo(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -22,6 +23,7 @@ from agentloop import (
 )
 from agentloop import SessionStore as SessionStoreProtocol
 from agentloopmem import SessionStore
+from agentloopmem import _sessions as sessions_module
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -120,6 +122,25 @@ class TestUpdateData:
         """A decoded value instead of JSON text is a TypeError naming snapshot."""
         with pytest.raises(TypeError, match=r"^snapshot must be JSON text or None"):
             await SessionStore().update_data("s", {"a": 1})  # type: ignore[arg-type]
+
+    async def test_snapshot_parsed_outside_the_lock(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Another thread can write while a snapshot is parsed, and its put is not lost."""
+        store = SessionStore()
+        await store.put(Session("s", model="old"))
+        original = sessions_module.validate_json
+
+        def validate_then_race(value: object, field: str) -> str:
+            racer = threading.Thread(
+                target=trio.run, args=(store.put, Session("s", model="new", data="0"))
+            )
+            racer.start()
+            racer.join(timeout=10)
+            assert not racer.is_alive(), "update_data held the lock while parsing"
+            return original(value, field)
+
+        monkeypatch.setattr(sessions_module, "validate_json", validate_then_race)
+        await store.update_data("s", "1")
+        assert await store.get("s") == Session("s", model="new", data="1")
 
     async def test_keeps_model_and_prompt(self) -> None:
         """update_data changes only data; a put's model and prompt remain."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -55,6 +56,19 @@ class TestLastN:
         store = StepStore()
         steps = await fill(store, "s", 5)
         assert await store.last_n("s", n) == steps[expected]
+
+    async def test_never_walks_the_whole_history(self) -> None:
+        """last_n slices the window off the end: it never iterates over the history."""
+
+        class NoWalk(list[RunStep]):
+            def __iter__(self) -> Iterator[RunStep]:
+                raise AssertionError("last_n iterated over the whole history")
+
+        store = StepStore()
+        await fill(store, "s", 1)
+        history = NoWalk([make("s", i) for i in range(1000)])
+        store._steps["s"] = history
+        assert await store.last_n("s", 2) == list.__getitem__(history, slice(-2, None))
 
     async def test_unknown_session_is_empty(self) -> None:
         """An unknown session has no steps; that is not an error."""

@@ -89,7 +89,9 @@ class TestSession:
         """Free text may hold NUL; durable stores must round-trip it."""
         assert Session("a", system_prompt="x\x00y").system_prompt == "x\x00y"
 
-    @pytest.mark.parametrize("bad", ["{", "not json", "", "NaN", '{"a": Infinity}', "[1,]"])
+    @pytest.mark.parametrize(
+        "bad", ["{", "not json", "", "NaN", '{"a": Infinity}', "[1,]", "1e400", '[-1E999]']
+    )
     def test_data_must_be_json(self, bad: str) -> None:
         """data is JSON text (strict: no NaN/Infinity)."""
         with pytest.raises(ValueError, match=r"^data must be JSON text"):
@@ -263,7 +265,7 @@ class TestCompactionCheckpoint:
     )
     def test_from_bad_json(self, bad: str) -> None:
         """Malformed checkpoints are ValueErrors the loop can ignore."""
-        with pytest.raises(ValueError, match=r"(checkpoint|retain_from_step) must be"):
+        with pytest.raises(ValueError, match=r"^(checkpoint|retain_from_step) must be"):
             CompactionCheckpoint.from_json(bad)
 
     def test_negative(self) -> None:
@@ -278,16 +280,17 @@ class TestSessionInfo:
         info = SessionInfo(id="a", status=None, step_count=0, created_at=AWARE, updated_at=AWARE)
         assert info.status is None
 
-    def test_status_type(self) -> None:
-        """status is a RunStatus or None."""
-        with pytest.raises(TypeError, match=r"status"):
-            SessionInfo(
-                id="a",
-                status="completed",
-                step_count=0,  # type: ignore[arg-type]
-                created_at=AWARE,
-                updated_at=AWARE,
-            )
+    def test_status_from_str(self) -> None:
+        """A status value converts to the enum member, as in FinalizeSummary."""
+        info = SessionInfo(id="a", status="timeout", step_count=0,  # type: ignore[arg-type]
+                           created_at=AWARE, updated_at=AWARE)
+        assert info.status is RunStatus.timeout
+
+    def test_unknown_status(self) -> None:
+        """An unknown status names the field and the allowed values."""
+        with pytest.raises(ValueError, match=r"^status must be one of completed"):
+            SessionInfo(id="a", status="done", step_count=0,  # type: ignore[arg-type]
+                        created_at=AWARE, updated_at=AWARE)
 
 
 class TestWithData:
