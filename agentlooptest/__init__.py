@@ -22,11 +22,13 @@ import pytest  # noqa: E402 - only once the dependencies are known to be there
 pytest.register_assert_rewrite(
     "agentlooptest._steps_order",
     "agentlooptest._steps_values",
+    "agentlooptest._steps_ids",
     "agentlooptest._steps_stress",
     "agentlooptest._steps_caps",
     "agentlooptest._sessions_core",
     "agentlooptest._sessions_stress",
     "agentlooptest._sessions_caps",
+    "agentlooptest._sessions_life",
     "agentlooptest._stateful",
 )
 

@@ -18,38 +18,52 @@ USABLE_TIMEOUT = 10.0
 """Seconds a call after a cancelled one may take before the store counts as wedged."""
 
 
-async def cancel_at(op: Callable[[], Awaitable[object]], point: int) -> bool:
-    """Run ``op`` and cancel it once a sibling task has yielded ``point`` times.
+class _CancelBeforeStep(trio.abc.Instrument):
+    """Cancels ``scope`` just before ``task`` resumes for the ``point``-th time."""
 
-    ``point == 0`` cancels before ``op`` starts. Returns whether ``op``
-    returned normally (``False``: it raised ``Cancelled``, which is absorbed).
-    A store that finishes blocking work in a thread before honouring the
+    def __init__(self, task: trio.lowlevel.Task, scope: trio.CancelScope, point: int) -> None:
+        self.task = task
+        self.scope = scope
+        self.point = point
+        self.resumed = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is self.task:
+            self.resumed += 1
+            if self.resumed == self.point:
+                self.scope.cancel()
+
+
+async def cancel_at(op: Callable[[], Awaitable[object]], point: int) -> bool:
+    """Run ``op`` and cancel it at its ``point``-th checkpoint.
+
+    ``point == 0`` cancels before ``op`` starts; ``point == k`` cancels just
+    before the task resumes from the ``k``-th time ``op`` yielded, so the
+    cancellation lands on that checkpoint. Returns whether ``op`` returned
+    normally (``False``: it raised ``Cancelled``, which is absorbed). A store
+    that finishes blocking work in a thread before honouring the
     cancellation returns ``False`` although the work happened.
     """
     finished = False
-    async with trio.open_nursery() as nursery:
-
-        async def run() -> None:
-            nonlocal finished
+    with trio.CancelScope() as scope:
+        instrument = _CancelBeforeStep(trio.lowlevel.current_task(), scope, point)
+        if point == 0:
+            scope.cancel()
+        trio.lowlevel.add_instrument(instrument)
+        try:
             await op()
             finished = True
-            nursery.cancel_scope.cancel()
-
-        async def cancel() -> None:
-            for _ in range(point):
-                await trio.lowlevel.checkpoint()
-            nursery.cancel_scope.cancel()
-
-        if point == 0:
-            nursery.cancel_scope.cancel()
-        else:
-            nursery.start_soon(cancel)
-        nursery.start_soon(run)
+        finally:
+            trio.lowlevel.remove_instrument(instrument)
     return finished
 
 
 class Points:
-    """Cancellation points to try: 0, 1, 2, ... until the op twice ran to the end uncancelled."""
+    """Cancellation points to try: 0, 1, 2, ... until the op twice ran to the end uncancelled.
+
+    With :func:`cancel_at` an op that returned at point ``k`` yields fewer
+    than ``k`` times, so every later point would only repeat it.
+    """
 
     def __init__(self, limit: int = MAX_POINTS) -> None:
         self.limit = limit

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal
 import attrs
 
 from agentloop import (
+    StepStore,
     SupportsAclose,
     SupportsAll,
     SupportsDeleteSession,
@@ -30,8 +31,14 @@ CAPABILITIES: dict[str, type] = {
     "list_sessions": SupportsListSessions,
     "delete_session": SupportsDeleteSession,
     "aclose": SupportsAclose,
+    "combined": StepStore,
 }
-"""Optional store capabilities, by name, and the protocol that detects each."""
+"""Optional store capabilities, by name, and the protocol that detects each.
+
+``combined`` is a session store that is a ``StepStore`` too (one object for
+both, like the SQL stores): one session's steps, data and summary then live
+together.
+"""
 
 REOPEN = "reopen"
 """The pseudo-capability of durability clauses: the harness must give ``reopen``."""

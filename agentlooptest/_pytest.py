@@ -73,10 +73,11 @@ class _Contract:
                 "under asyncio; set asyncio_mode = strict (its default) for this suite",
                 pytrace=False,
             )
-        if not isinstance(harness, Harness):
+        if not isinstance(harness, Harness) or trio.lowlevel.in_trio_run():
             pytest.fail(
                 "agentlooptest: the `harness` fixture must be a plain (not async) fixture "
-                f"returning agentlooptest.Harness, got {harness!r:.100}",
+                f"returning agentlooptest.Harness (no async fixture in its chain: the "
+                f"contract probes the store before the trio test starts), got {harness!r:.100}",
                 pytrace=False,
             )
         clause = _BY_NAME[request.node.originalname]
@@ -101,12 +102,22 @@ def _test(clause: Clause) -> Callable[[Any, Harness], Coroutine[Any, Any, None]]
 class StepStoreContract(_Contract):
     """The ``StepStore`` clauses as pytest tests; subclass as ``TestX`` and give ``harness``.
 
-    Example::
+    ``harness`` must be a plain (not async) fixture returning a
+    :class:`Harness` whose factories give a fresh, empty store per call::
 
         class TestMyStore(StepStoreContract):
             @pytest.fixture
             def harness(self, tmp_path):
-                return Harness(new_step_store=lambda: MyStore.open(tmp_path / "db"))
+                paths = (tmp_path / f"store-{i}.db" for i in itertools.count())
+
+                async def new_store():
+                    return await MyStore.open(next(paths))
+
+                return Harness(new_step_store=new_store)
+
+    Each clause is one test named after its id (``test_step_order_oldest_first``),
+    so ``-k`` selects clauses; a capability the store lacks is skipped with
+    its reason.
     """
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 from agentlooptest import (  # noqa: F401 - imported to register their clauses
     _sessions_caps,
     _sessions_core,
+    _sessions_life,
     _sessions_stress,
     _stateful,
     _steps_caps,
+    _steps_ids,
     _steps_order,
     _steps_stress,
     _steps_values,
@@ -17,11 +19,13 @@ from agentlooptest._clause import Clause, registered
 _FAMILIES = (
     "_steps_order",
     "_steps_values",
+    "_steps_ids",
     "_steps_stress",
     "_steps_caps",
     "_sessions_core",
     "_sessions_stress",
     "_sessions_caps",
+    "_sessions_life",
     "_stateful",
 )
 

@@ -1,4 +1,4 @@
-"""Session clauses for the optional capabilities: put, final, list_sessions, delete, durability."""
+"""Session clauses for the optional capabilities put, final and list_sessions."""
 
 from __future__ import annotations
 
@@ -8,15 +8,20 @@ from typing import TYPE_CHECKING, Any
 
 from agentloop import FinalizeSummary, RunStatus, Session, SessionInfo
 from agentlooptest._clause import Violation, clause, expect
-from agentlooptest._data import INT32_MAX, INT64_MAX, TEXTS, json_equal
+from agentlooptest._data import (
+    INT32_MAX,
+    INT64_MAX,
+    TEXTS,
+    json_equal,
+)
 from agentlooptest._sessions_core import DONE, expect_data, expect_exists
-from agentlooptest._stores import open_sessions, reopened
+from agentlooptest._stores import open_sessions
 
 if TYPE_CHECKING:
     from agentlooptest._harness import Harness
 
 
-def _same_session(want: Session, got: object) -> bool:
+def same_session(want: Session, got: object) -> bool:
     return (
         isinstance(got, Session)
         and (got.id, got.model, got.system_prompt) == (want.id, want.model, want.system_prompt)
@@ -44,7 +49,7 @@ async def _put(h: Harness) -> None:
             await store.put(session)
             got = await store.get(session.id)
             expect(
-                _same_session(session, got),
+                same_session(session, got),
                 did=f"put({session!r:.120}), then get",
                 expected=repr(session),
                 got=got,
@@ -54,7 +59,7 @@ async def _put(h: Harness) -> None:
         await store.put(replaced)
         got = await store.get("a")
         expect(
-            _same_session(replaced, got),
+            same_session(replaced, got),
             did="put a second Session for 'a', then get('a')",
             expected=repr(replaced),
             got=got,
@@ -78,7 +83,7 @@ async def _update_keeps(h: Harness) -> None:
         want = Session("s", "model-s", "Be precise.", '{"v": 1}')
         got = await store.get("s")
         expect(
-            _same_session(want, got),
+            same_session(want, got),
             did="put(Session('s', 'model-s', 'Be precise.', ...)), update_data, finalize, get",
             expected=repr(want),
             got=got,
@@ -260,100 +265,3 @@ async def _list_fields(h: Harness) -> None:
                 expected="created_at and updated_at aware UTC, created_at <= updated_at",
                 got=info,
             )
-
-
-@clause(
-    "session.delete.removes-all",
-    "delete_session removes data and summary, says whether it existed, spares the rest",
-    capability="delete_session",
-    why=(
-        "deleting a session is how users exercise erasure; data or summaries left behind "
-        "resurface under a reused id, and deleting the wrong session loses another's state"
-    ),
-)
-async def _delete(h: Harness) -> None:
-    async with open_sessions(h) as store:
-        for sid in ("gone", "gone-not", "Gone"):
-            await store.update_data(sid, json.dumps({"owner": sid}))
-            await store.finalize(sid, DONE)
-        existed = await store.delete_session("gone")
-        expect(
-            existed is True,
-            did="wrote 'gone', then delete_session('gone')",
-            expected="True",
-            got=existed,
-        )
-        await expect_exists(store, "gone", False, "deleted 'gone', then exists('gone')")
-        await expect_data(store, "gone", None, "deleted 'gone', then get('gone')")
-        if hasattr(store, "final"):
-            final = await store.final("gone")
-            expect(
-                final is None, did="deleted 'gone', then final('gone')", expected="None", got=final
-            )
-        if hasattr(store, "list_sessions"):
-            ids = [i.id for i in await store.list_sessions()]
-            expect(
-                "gone" not in ids,
-                did="deleted 'gone', then list_sessions()",
-                expected="'gone' not listed",
-                got=ids,
-            )
-        for sid in ("gone-not", "Gone"):
-            await expect_data(
-                store, sid, json.dumps({"owner": sid}), f"deleted 'gone', then get({sid!r})"
-            )
-        again = await store.delete_session("gone")
-        expect(again is False, did="delete_session('gone') again", expected="False", got=again)
-        never = await store.delete_session("never")
-        expect(never is False, did="delete_session('never')", expected="False", got=never)
-        await expect_exists(store, "never", False, "delete_session('never'), then exists('never')")
-
-
-@clause(
-    "session.durable",
-    "data, settings and summaries are visible through a second handle (reopen)",
-    capability="reopen",
-    why=(
-        "a system of record must keep every write it acknowledged: working memory visible "
-        "only to the handle that wrote it is lost on restart or on another worker"
-    ),
-)
-async def _durable(h: Harness) -> None:
-    async with open_sessions(h) as store:
-        await store.update_data("d", '{"memory": [1, 2]}')
-        summary = FinalizeSummary(RunStatus.max_iterations, 1, 2, 3, 4, 5)
-        await store.finalize("d", summary)
-        if hasattr(store, "put"):
-            await store.put(Session("p", "model-p", "prompt-p", '{"p": 1}'))
-        async with reopened(h, store) as other:
-            await expect_data(
-                other,
-                "d",
-                '{"memory": [1, 2]}',
-                "wrote 'd' with one handle, then get('d') on reopen()",
-            )
-            await expect_exists(other, "d", True, "then exists('d') on the reopened handle")
-            if hasattr(other, "final"):
-                got = await other.final("d")
-                expect(
-                    got == summary,
-                    did="then final('d') on the reopened handle",
-                    expected=repr(summary),
-                    got=got,
-                )
-            if hasattr(store, "put"):
-                got_p = await other.get("p")
-                want = Session("p", "model-p", "prompt-p", '{"p": 1}')
-                expect(
-                    _same_session(want, got_p),
-                    did="put('p') on one handle, get('p') on the other",
-                    expected=repr(want),
-                    got=got_p,
-                )
-            await other.update_data("d", '{"memory": [3]}')
-        await expect_data(
-            store,
-            "d",
-            '{"memory": [3]}',
-            "update_data('d') through the reopened handle, then get('d') on the first",
-        )

@@ -257,7 +257,7 @@ async def _keeps(h: Harness) -> None:
 )
 async def _isolation(h: Harness) -> None:
     async with open_sessions(h) as store:
-        ids = ("a", "ab", "a/b", "A", "a.")
+        ids = ("a", "ab", "a/b", "A", "a.", "conversation-1", "conversation-2")
         for k, sid in enumerate(ids):
             await store.update_data(sid, json.dumps({"owner": sid, "k": k}))
         await store.finalize("a", DONE)

@@ -55,18 +55,23 @@ async def _fresh(h: Harness) -> None:
 )
 async def _same_session(h: Harness) -> None:
     async with open_sessions(h) as store:
-        written = [json.dumps({"writer": k, "copy": k, "pad": "x" * (k % 7)}) for k in range(100)]
-        async with trio.open_nursery() as nursery:
-            for doc in written:
-                nursery.start_soon(store.update_data, "shared", doc)
-        got = await store.get("shared")
-        expect(
-            any(json_equal(doc, got.data) for doc in written),
-            did="100 tasks called update_data('shared', {writer: k, copy: k}) concurrently, "
-            "then get('shared')",
-            expected="data equal to one of the 100 written documents",
-            got=got,
-        )
+        for storm in range(6):
+            sid = f"shared-{storm}"
+            written = [
+                json.dumps({"writer": k, "copy": k, "a": k, "b": [k], "c": {"k": k}})
+                for k in range(60)
+            ]
+            async with trio.open_nursery() as nursery:
+                for doc in written:
+                    nursery.start_soon(store.update_data, sid, doc)
+            got = await store.get(sid)
+            expect(
+                any(json_equal(doc, got.data) for doc in written),
+                did=f"60 tasks called update_data({sid!r}, <their own document>) concurrently, "
+                f"then get({sid!r})",
+                expected="data equal to one of the 60 written documents",
+                got=got,
+            )
 
 
 @clause(

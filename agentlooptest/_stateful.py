@@ -7,11 +7,13 @@ Hypothesis has no async rules, so the state machine runs in a worker thread
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+import hypothesis.internal.conjecture.engine
 import trio
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -231,12 +233,32 @@ class SessionMachine(RuleBasedStateMachine):
         assert got == want, f"list_sessions() returned {got!r}; the model says {want!r}"
 
 
+SHRINK_SECONDS = 15
+"""How long hypothesis may shrink a failing program (each step is a thread round trip)."""
+
+
+@contextlib.contextmanager
+def _shrink_budget() -> Iterator[None]:
+    # Hypothesis has no public setting for this; without a bound, shrinking a
+    # stateful failure through thread round trips can take minutes.
+    engine: Any = getattr(hypothesis.internal.conjecture, "engine", None)
+    old = getattr(engine, "MAX_SHRINKING_SECONDS", None)
+    if old is None:
+        yield
+        return
+    engine.MAX_SHRINKING_SECONDS = min(old, SHRINK_SECONDS)
+    try:
+        yield
+    finally:
+        engine.MAX_SHRINKING_SECONDS = old
+
+
 def _run(machine: type[RuleBasedStateMachine], harness: Harness) -> None:
     """Run the machine (in a worker thread); a failure becomes a Violation with the program."""
     bound = type(machine.__name__, (machine,), {"harness": harness})
     lines: list[str] = []
     try:
-        with with_reporter(lambda text: lines.append(str(text))):
+        with with_reporter(lambda text: lines.append(str(text))), _shrink_budget():
             run_state_machine_as_test(bound, settings=SETTINGS)
     except AssertionError as exc:
         notes = [*lines, *getattr(exc, "__notes__", [])]

@@ -1,0 +1,230 @@
+"""Small correct stores that every broken store in the catalogue starts from.
+
+They keep one defect per subclass honest: if these pass every clause, a
+broken subclass that fails one has been caught for its own defect.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import trio
+
+from agentloop import (
+    FinalizeSummary,
+    RunStep,
+    Session,
+    SessionInfo,
+    StoreClosedError,
+    validate_json,
+    validate_n,
+    validate_session_id,
+)
+from agentlooptest._data import T0
+
+
+class _Base:
+    def __init__(self) -> None:
+        self.closed = False
+
+    async def enter(self) -> None:
+        """Trio's convention, first half: raise if cancelled, refuse if closed."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self.closed:
+            raise StoreClosedError(f"{type(self).__name__} is closed")
+
+    async def leave(self) -> None:
+        """Trio's convention, second half: yield once, never report a completed call cancelled."""
+        await trio.lowlevel.cancel_shielded_checkpoint()
+
+    async def aclose(self) -> None:
+        """Close; idempotent."""
+        await trio.lowlevel.checkpoint()
+        self.closed = True
+
+
+class GoodSteps(_Base):
+    """A correct step store with every step capability."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps: dict[str, list[RunStep]] = {}
+
+    def key(self, session_id: str) -> str:
+        """Where a session's steps live (broken stores change it)."""
+        return session_id
+
+    def stored(self, step: RunStep) -> RunStep:
+        """What is kept for ``step`` (broken stores lose something here)."""
+        return step
+
+    def window(self, steps: list[RunStep], n: int) -> list[RunStep]:
+        """The last ``n`` of ``steps``, oldest first."""
+        return steps[-n:]
+
+    async def append(self, step: RunStep) -> None:
+        """Append ``step`` to its session."""
+        if not isinstance(step, RunStep):
+            raise TypeError(f"step must be a RunStep, got {step!r}")
+        await self.enter()
+        self.steps.setdefault(self.key(step.session_id), []).append(self.stored(step))
+        await self.leave()
+
+    async def last_n(self, session_id: str, n: int) -> list[RunStep]:
+        """The newest ``n`` steps, oldest first."""
+        validate_n(n)
+        validate_session_id(session_id)
+        await self.enter()
+        got = self.window(self.steps.get(self.key(session_id), []), n)
+        await self.leave()
+        return list(got)
+
+    async def all(self, session_id: str) -> list[RunStep]:
+        """Every step, in insertion order."""
+        await self.enter()
+        got = list(self.steps.get(self.key(session_id), []))
+        await self.leave()
+        return got
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Drop the session's steps."""
+        await self.enter()
+        existed = self.steps.pop(self.key(session_id), None) is not None
+        await self.leave()
+        return existed
+
+
+class _Record:
+    def __init__(self, session: Session, seq: int) -> None:
+        self.session = session
+        self.final: FinalizeSummary | None = None
+        self.total = 0
+        self.seq = seq
+        self.created = T0
+        self.updated = T0
+
+
+class GoodSessions(_Base):
+    """A correct session store with every session capability."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: dict[str, _Record] = {}
+        self.seq = itertools.count()
+
+    def key(self, session_id: str) -> str:
+        """Where a session lives (broken stores change it)."""
+        return session_id
+
+    def write(self, session_id: str) -> _Record:
+        """The record to write into, created if needed, moved to the front of the recency order."""
+        record = self.records.get(self.key(session_id))
+        if record is None:
+            record = self.records[self.key(session_id)] = _Record(Session(session_id), 0)
+        record.seq = next(self.seq)
+        return record
+
+    async def get(self, session_id: str) -> Session:
+        """The session, or a fresh one."""
+        validate_session_id(session_id)
+        await self.enter()
+        record = self.records.get(self.key(session_id))
+        await self.leave()
+        return record.session if record is not None else Session(session_id)
+
+    async def exists(self, session_id: str) -> bool:
+        """Whether a write created the session."""
+        await self.enter()
+        found = self.key(session_id) in self.records
+        await self.leave()
+        return found
+
+    async def update_data(self, session_id: str, snapshot: str | None) -> None:
+        """Replace the data."""
+        if snapshot is not None:
+            validate_json(snapshot, "snapshot")
+        await self.enter()
+        record = self.write(session_id)
+        old = record.session
+        record.session = Session(old.id, old.model, old.system_prompt, snapshot)
+        await self.leave()
+
+    async def finalize(self, session_id: str, summary: FinalizeSummary) -> None:
+        """Record the latest summary."""
+        await self.enter()
+        record = self.write(session_id)
+        record.final = summary
+        record.total += summary.step_count
+        await self.leave()
+
+    async def put(self, session: Session) -> None:
+        """Store the session whole."""
+        await self.enter()
+        self.write(session.id).session = session
+        await self.leave()
+
+    async def final(self, session_id: str) -> FinalizeSummary | None:
+        """The latest summary."""
+        await self.enter()
+        record = self.records.get(self.key(session_id))
+        await self.leave()
+        return record.final if record is not None else None
+
+    def order(self) -> list[_Record]:
+        """Records, most recently written first."""
+        return sorted(self.records.values(), key=lambda r: r.seq, reverse=True)
+
+    async def list_sessions(self, *, limit: int = 100) -> list[SessionInfo]:
+        """At most ``limit`` sessions, most recently written first."""
+        validate_n(limit, "limit")
+        await self.enter()
+        rows = self.order()[:limit]
+        await self.leave()
+        return [self.info(r) for r in rows]
+
+    def info(self, r: _Record) -> SessionInfo:
+        """One listing row."""
+        status = r.final.status if r.final is not None else None
+        return SessionInfo(r.session.id, status, r.total, r.created, r.updated)
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Forget the session."""
+        await self.enter()
+        existed = self.records.pop(self.key(session_id), None) is not None
+        await self.leave()
+        return existed
+
+
+def unused(*_: Any) -> None:
+    """Keeps linters quiet about deliberately unused arguments in broken stores."""
+
+
+class GoodBoth(GoodSessions):
+    """A correct store that is both protocols in one object, like the SQL stores."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trace = GoodSteps()
+
+    async def append(self, step: RunStep) -> None:
+        """Append ``step`` to its session."""
+        self.trace.closed = self.closed
+        await self.trace.append(step)
+
+    async def last_n(self, session_id: str, n: int) -> list[RunStep]:
+        """The newest ``n`` steps, oldest first."""
+        self.trace.closed = self.closed
+        return await self.trace.last_n(session_id, n)
+
+    async def all(self, session_id: str) -> list[RunStep]:
+        """Every step, in insertion order."""
+        self.trace.closed = self.closed
+        return await self.trace.all(session_id)
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Forget the session: steps, data and summary."""
+        self.trace.closed = self.closed
+        had_steps = await self.trace.delete_session(session_id)
+        had_session = await super().delete_session(session_id)
+        return had_steps or had_session

@@ -1,0 +1,147 @@
+"""The catalogue: each broken store and the clause that must catch it."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+
+from agentlooptest import Harness
+
+from . import sessions, steps
+from ._good import GoodBoth, GoodSessions, GoodSteps
+
+
+async def _same(store: Any) -> Any:
+    return store
+
+
+def _factory(cls: type) -> Callable[[], Awaitable[Any]]:
+    async def new() -> Any:
+        return cls()
+
+    return new
+
+
+def good_harness() -> Harness:
+    """The correct reference store (one object for both protocols); reopen gives the same one."""
+    return Harness(
+        new_step_store=_factory(GoodBoth),
+        new_session_store=_factory(GoodBoth),
+        reopen=_same,
+    )
+
+
+@attrs.frozen
+class Broken:
+    """A store with one defect, and the id of the clause that must fail on it."""
+
+    name: str
+    expected: str
+    harness: Harness
+
+    @property
+    def defect(self) -> str:
+        """What is wrong with it, in one line."""
+        return self.name
+
+
+def _steps(cls: type, expected: str) -> Broken:
+    doc = (cls.__doc__ or cls.__name__).strip()
+    return Broken(
+        f"steps.{cls.__name__}: {doc}",
+        expected,
+        Harness(new_step_store=_factory(cls), reopen=_same),
+    )
+
+
+def _sessions(cls: type, expected: str) -> Broken:
+    doc = (cls.__doc__ or cls.__name__).strip()
+    return Broken(
+        f"sessions.{cls.__name__}: {doc}",
+        expected,
+        Harness(new_session_store=_factory(cls), reopen=_same),
+    )
+
+
+async def _forgetful(store: Any) -> Any:
+    """A 'second handle' that sees nothing the first wrote."""
+    return type(store)()
+
+
+CATALOGUE: tuple[Broken, ...] = (
+    _steps(steps.NewestFirst, "step.order.oldest-first"),
+    _steps(steps.OldestN, "step.window.newest-n"),
+    _steps(steps.WindowWraps, "step.window.sizes"),
+    _steps(steps.CapsHistory, "step.window.long-history"),
+    _steps(steps.SortsByIndex, "step.order.insertion-not-index"),
+    _steps(steps.SortsByTime, "step.order.insertion-not-time"),
+    _steps(steps.GlobalWindow, "step.order.interleaved-sessions"),
+    _steps(steps.LosesStepType, "step.roundtrip.fields"),
+    _steps(steps.ClipsInt32, "step.roundtrip.int32-edges"),
+    _steps(steps.DropsMicroseconds, "step.roundtrip.created-at"),
+    _steps(steps.ShiftsTime, "step.roundtrip.created-at"),
+    _steps(steps.DropsToolArgs, "step.roundtrip.tool-args"),
+    _steps(steps.StripsContent, "step.roundtrip.text"),
+    _steps(steps.DropsNul, "step.roundtrip.control-chars"),
+    _steps(steps.Truncates64K, "step.roundtrip.large-content"),
+    _steps(steps.LikeIds, "step.ids.sql-text"),
+    _steps(steps.CaseFolds, "step.ids.case-sensitive"),
+    _steps(steps.TrimsIds, "step.ids.verbatim"),
+    _steps(steps.NoValidation, "step.n.validation"),
+    _steps(steps.UnknownRaises, "step.unknown-session-empty"),
+    _steps(steps.TruncatedKeys, "step.isolation"),
+    _steps(steps.Aliases, "step.no-alias"),
+    _steps(steps.AcceptsAnything, "step.bad-input.refused"),
+    _steps(steps.SharedState, "step.fresh-store"),
+    _steps(steps.CrossedAppends, "step.concurrency.many-sessions"),
+    _steps(steps.LostAppends, "step.concurrency.one-session"),
+    _steps(steps.PartialOnCancel, "step.cancel.append"),
+    _steps(steps.LeaksLockOnCancel, "step.cancel.reads"),
+    _steps(steps.IgnoresClose, "step.closed"),
+    _steps(steps.AllNewestFirst, "step.all.insertion-order"),
+    _steps(steps.DeleteKeepsSteps, "step.delete.removes-steps"),
+    Broken(
+        "steps.GoodSteps with a reopen that opens an empty store: nothing is durable",
+        "step.durable",
+        Harness(new_step_store=_factory(GoodSteps), reopen=_forgetful),
+    ),
+    _steps(steps.WindowMath, "step.model-based"),
+    _sessions(sessions.GetRaises, "session.get.unknown-returns-id"),
+    _sessions(sessions.GetCreates, "session.get.unknown-creates-nothing"),
+    _sessions(sessions.FinalizeDoesNotCreate, "session.write.creates"),
+    _sessions(sessions.FirstDataWins, "session.data.latest-wins"),
+    _sessions(sessions.NoneIgnored, "session.data.none"),
+    _sessions(sessions.NullBecomesNone, "session.data.json-null"),
+    _sessions(sessions.TruncatesData, "session.data.large"),
+    _sessions(sessions.AcceptsNonJson, "session.data.rejects-non-json"),
+    _sessions(sessions.FinalizeOnce, "session.finalize.repeatable"),
+    _sessions(sessions.FinalizeResetsData, "session.finalize.keeps-data"),
+    _sessions(sessions.TruncatedKeys, "session.isolation"),
+    _sessions(sessions.LikeIds, "session.ids.sql-text"),
+    _sessions(sessions.CaseFolds, "session.ids.case-sensitive"),
+    _sessions(sessions.TrimsIds, "session.ids.verbatim"),
+    _sessions(sessions.SharedState, "session.fresh-store"),
+    _sessions(sessions.TornWrites, "session.concurrency.same-session"),
+    _sessions(sessions.CrossedWrites, "session.concurrency.many-sessions"),
+    _sessions(sessions.CheckThenInsert, "session.concurrency.first-writes"),
+    _sessions(sessions.PartialOnCancel, "session.cancel.writes"),
+    _sessions(sessions.LeaksLockOnCancel, "session.cancel.reads"),
+    _sessions(sessions.IgnoresClose, "session.closed"),
+    _sessions(sessions.PutDropsPrompt, "session.put.seeds-get"),
+    _sessions(sessions.UpdateRewritesRow, "session.put.update-keeps-settings"),
+    _sessions(sessions.FinalKeepsFirst, "session.final.latest"),
+    _sessions(sessions.ListsByClock, "session.list.order"),
+    _sessions(sessions.ListIgnoresLimit, "session.list.limit"),
+    _sessions(sessions.ListLatestCount, "session.list.fields"),
+    _sessions(sessions.DeleteKeepsSummary, "session.delete.removes-all"),
+    Broken(
+        "sessions.GoodSessions with a reopen that opens an empty store: nothing is durable",
+        "session.durable",
+        Harness(new_session_store=_factory(GoodSessions), reopen=_forgetful),
+    ),
+    _sessions(sessions.PutKeepsRecency, "session.model-based"),
+    _sessions(sessions.DeleteLeavesSteps, "session.combined.one-session"),
+)
+"""Every broken store; a test asserts each fails its expected clause."""

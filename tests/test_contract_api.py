@@ -1,0 +1,146 @@
+"""The public face of agentlooptest: names, Harness, clause list, reports, packaging."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from xml.etree import ElementTree
+
+import pytest
+
+import agentlooptest
+from agentlooptest import CAPABILITIES, CLAUSES, Harness, certify, memory_harness
+
+
+def test_all_names_exist_and_are_documented() -> None:
+    """Every name in __all__ exists, is public and carries a docstring (or is a constant)."""
+    assert sorted(agentlooptest.__all__) == agentlooptest.__all__
+    for name in agentlooptest.__all__:
+        assert not name.startswith("_")
+        value = getattr(agentlooptest, name)
+        if not name.isupper():
+            assert value.__doc__, name
+
+
+def test_no_private_leaks() -> None:
+    """The package namespace holds __all__, its private modules and nothing else public."""
+    public = {n for n in vars(agentlooptest) if not n.startswith("_")}
+    assert public - set(agentlooptest.__all__) <= {"annotations", "pytest", "require"}
+
+
+def test_clause_ids_are_unique_and_stable_shaped() -> None:
+    """Ids are unique dotted kebab-case strings under their protocol; each has a title and why."""
+    ids = [c.id for c in CLAUSES]
+    assert len(ids) == len(set(ids))
+    for c in CLAUSES:
+        assert re.fullmatch(r"(step|session)(\.[a-z0-9]+(-[a-z0-9]+)*)+", c.id)
+        assert c.id.startswith(c.protocol + ".")
+        assert c.title
+        assert c.why
+        assert c.capability in (None, "reopen", *CAPABILITIES)
+
+
+def test_clause_list_covers_both_protocols_and_every_capability() -> None:
+    """Both protocols, every optional capability and durability have clauses."""
+    needs = {c.capability for c in CLAUSES}
+    assert needs >= {None, "reopen", *CAPABILITIES}
+    assert {c.protocol for c in CLAUSES} == {"step", "session"}
+
+
+def test_harness_needs_a_factory() -> None:
+    """A harness with neither factory is refused; non-callables are refused by field name."""
+    with pytest.raises(TypeError, match=r"^Harness needs new_step_store"):
+        Harness()
+    with pytest.raises(TypeError, match=r"^reopen must be an async callable or None"):
+        Harness(new_step_store=memory_harness().new_step_store, reopen=3)  # type: ignore[arg-type]
+
+
+async def test_report_shape() -> None:
+    """certify() returns a Report: ok, per-clause results, level, duration, dict, JUnit."""
+    report = await certify(memory_harness(), pattern="step.window")
+    assert report.ok
+    assert [r.id for r in report.results] == [c.id for c in CLAUSES if "step.window" in c.id]
+    assert all(r.outcome == "passed" for r in report.results)
+    assert report.level.startswith("step: base")
+    assert report.duration > 0
+    doc = json.loads(json.dumps(report.to_dict()))
+    assert doc["ok"] is True
+    assert len(doc["results"]) == len(report.results)
+    root = ElementTree.fromstring(report.to_junit_xml())
+    assert root.find("testsuite") is not None
+
+
+async def test_session_only_harness_skips_step_protocol() -> None:
+    """With only a session factory, step clauses are skipped with the reason."""
+    harness = Harness(new_session_store=memory_harness().new_session_store)
+    report = await certify(harness, pattern="order")
+    skipped = report.skipped
+    assert skipped
+    assert all("no new_step_store" in r.message for r in skipped)
+    assert "step: not certified (no factory)" in report.level
+
+
+async def test_failure_message_names_clause_action_expectation_and_consequence() -> None:
+    """A failure message carries the clause id, did, expected, got and why."""
+    from agentloopmem import StepStore
+
+    class Backwards(StepStore):
+        async def last_n(self, session_id: str, n: int) -> list:  # type: ignore[type-arg]
+            return (await super().last_n(session_id, n))[::-1]
+
+    async def new() -> Backwards:
+        return Backwards()
+
+    report = await certify(Harness(new_step_store=new), pattern="step.order.oldest-first")
+    [result] = report.results
+    lines = result.message.splitlines()
+    assert lines[0].startswith("[step.order.oldest-first] ")
+    assert [line.split(":")[0].strip() for line in lines[1:5]] == ["did", "expected", "got", "why"]
+    assert "conversation backwards" in lines[4]
+
+
+def test_factory_returning_wrong_thing_fails_every_clause_of_that_protocol() -> None:
+    """A factory that does not return a store fails its protocol's clauses, readably."""
+    import trio
+
+    async def not_a_store() -> object:
+        return object()
+
+    report = trio.run(certify, Harness(new_step_store=not_a_store))
+    step_results = [r for r in report.results if r.protocol == "step"]
+    assert step_results
+    assert all(r.outcome == "failed" for r in step_results)
+    assert "a StepStore" in step_results[0].message
+
+
+_BLOCK = (
+    "import sys\n"
+    "for name in ('pytest', 'hypothesis', 'pytest_trio', '_pytest'):\n"
+    "    sys.modules[name] = None\n"
+)
+
+
+def test_importing_without_the_extra_fails_in_one_line() -> None:
+    """Without pytest/hypothesis, importing agentlooptest fails naming agentloop[contract]."""
+    code = _BLOCK + (
+        "try:\n"
+        "    import agentlooptest\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+        "else:\n"
+        "    print('imported')\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    [line] = run.stdout.splitlines()
+    assert "pip install 'agentloop[contract]'" in line
+    assert "pytest" in line
+    assert "hypothesis" in line
+
+
+def test_core_packages_import_without_the_extra() -> None:
+    """agentloop and agentloopmem import with pytest and hypothesis absent."""
+    code = _BLOCK + "import agentloop, agentloopmem\nprint('ok')\n"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "ok"

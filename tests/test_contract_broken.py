@@ -1,0 +1,40 @@
+"""The contract catches every store in the catalogue of broken stores, each on its own clause."""
+
+from __future__ import annotations
+
+import pytest
+from broken.catalogue import CATALOGUE, Broken, good_harness
+
+import agentlooptest._cancel
+import agentlooptest._stateful
+from agentlooptest import CLAUSES, certify
+
+
+@pytest.fixture(autouse=True)
+def _quick_hang_detection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wedged store is detected in a second instead of ten; shrinking stops sooner."""
+    monkeypatch.setattr(agentlooptest._cancel, "USABLE_TIMEOUT", 1.0)
+    monkeypatch.setattr(agentlooptest._stateful, "SHRINK_SECONDS", 3)
+
+
+@pytest.mark.parametrize("broken", CATALOGUE, ids=lambda b: b.name.partition(":")[0])
+async def test_broken_store_is_caught(broken: Broken) -> None:
+    """The broken store fails the clause written for its defect, with a message naming it."""
+    report = await certify(broken.harness, pattern=broken.expected)
+    result = report.result(broken.expected)
+    assert result.outcome == "failed", f"{broken.name} was not caught by {broken.expected}"
+    assert result.message.startswith(f"[{broken.expected}]")
+    assert not report.ok
+
+
+async def test_reference_stores_pass_everything() -> None:
+    """The correct stores the broken ones derive from pass every clause, durability included."""
+    report = await certify(good_harness())
+    assert report.failed == (), "\n\n".join(r.message for r in report.failed)
+    assert report.skipped == ()
+
+
+def test_every_clause_catches_a_broken_store() -> None:
+    """Breadth: each clause is the expected catch of at least one broken store."""
+    expected = {b.expected for b in CATALOGUE}
+    assert [c.id for c in CLAUSES if c.id not in expected] == []

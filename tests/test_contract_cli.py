@@ -1,0 +1,181 @@
+"""The CLI front door: table, level, verdict, exit status, reports and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+
+from agentlooptest import CLAUSES
+from agentlooptest._cli import main
+
+_BROKEN_TARGET = textwrap.dedent(
+    '''
+    """A newest-first step store, to certify from the command line."""
+    import trio
+    import agentloopmem
+    from agentlooptest import Harness
+
+
+    class NewestFirst(agentloopmem.StepStore):
+        async def last_n(self, session_id, n):
+            return (await super().last_n(session_id, n))[::-1]
+
+
+    async def new():
+        return NewestFirst()
+
+
+    harness = Harness(new_step_store=new)
+
+
+    def make():
+        return harness
+    '''
+)
+
+
+@pytest.fixture
+def broken_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A module on sys.path whose `harness` certifies a newest-first step store."""
+    (tmp_path / "cli_broken_store.py").write_text(_BROKEN_TARGET, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "cli_broken_store"
+
+
+def test_builtin_stores_certified(capsys: pytest.CaptureFixture[str]) -> None:
+    """No target certifies agentloopmem: every clause in the table, a level, exit 0."""
+    assert main(["certify"]) == 0
+    out = capsys.readouterr().out
+    for c in CLAUSES:
+        assert c.id in out
+    assert "conformance level: step: base + all, delete_session, aclose" in out
+    assert "\nCERTIFIED (" in out
+    assert "FAIL" not in out
+
+
+def test_no_command_means_certify(capsys: pytest.CaptureFixture[str]) -> None:
+    """`agentlooptest` alone runs `certify` on the built-in stores."""
+    assert main([]) == 0
+    assert "CERTIFIED" in capsys.readouterr().out
+
+
+def test_pattern_selects_clauses(capsys: pytest.CaptureFixture[str]) -> None:
+    """-k keeps only the clauses whose id contains the pattern (or matches a glob)."""
+    assert main(["certify", "-k", "step.order"]) == 0
+    rows = [line.split()[0] for line in capsys.readouterr().out.splitlines() if "  pass" in line]
+    assert rows
+    assert all(r.startswith("step.order.") for r in rows)
+    assert main(["certify", "-k", "session.*.latest*"]) == 0
+    out = capsys.readouterr().out
+    assert "session.data.latest-wins" in out
+    assert "session.final.latest" in out
+    assert "step.order" not in out
+
+
+def test_unknown_pattern_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """A -k that selects nothing is a usage error, not a vacuous pass."""
+    assert main(["certify", "-k", "no-such-clause"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_failure_exits_1_with_reason(
+    broken_target: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A broken store: FAIL in the table, the message in full, NOT CERTIFIED, exit 1."""
+    assert main(["certify", f"{broken_target}:harness", "-k", "step.order"]) == 1
+    out = capsys.readouterr().out
+    assert "step.order.oldest-first" in out
+    assert "FAIL" in out
+    assert "why:      the loop replays last_n straight into the model's context" in out
+    assert "conformance level: step: not conformant" in out
+    assert out.rstrip().splitlines()[-1].startswith("NOT CERTIFIED")
+
+
+def test_callable_target(broken_target: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """module:attr may name a zero-argument callable returning the Harness."""
+    assert main(["certify", f"{broken_target}:make", "-k", "step.window.newest-n"]) == 1
+    assert "step.window.newest-n" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "no_colon",
+        "no_such_module_xyz:harness",
+        "agentlooptest:nothing_here",
+        "agentlooptest:CLAUSES",
+    ],
+)
+def test_bad_target_is_one_line(target: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A target that is not a Harness gets one line on stderr and exit 2, no traceback."""
+    assert main(["certify", target]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("agentlooptest: ")
+    assert captured.err.count("\n") == 1
+    assert "Traceback" not in captured.err
+
+
+def test_json_and_junit_reports(
+    tmp_path: Path, broken_target: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--json and --junit-xml write the same results the table shows."""
+    out_json, out_xml = tmp_path / "r.json", tmp_path / "r.xml"
+    code = main(
+        [
+            "certify",
+            f"{broken_target}:harness",
+            "-k",
+            "step.[ou]*",
+            "--json",
+            str(out_json),
+            "--junit-xml",
+            str(out_xml),
+        ]
+    )
+    assert code == 1
+    doc = json.loads(out_json.read_text(encoding="utf-8"))
+    assert doc["ok"] is False
+    [target] = doc["targets"]
+    outcomes = {r["id"]: r["outcome"] for r in target["results"]}
+    assert outcomes["step.order.oldest-first"] == "failed"
+    assert outcomes["step.unknown-session-empty"] == "passed"
+    suites = ElementTree.parse(out_xml).getroot()
+    [suite] = list(suites)
+    assert suite.get("failures") == str(sum(o == "failed" for o in outcomes.values()))
+    failed = [c.get("name") for c in suite if c.find("failure") is not None]
+    assert "step.order.oldest-first" in failed
+    capsys.readouterr()
+
+
+def test_verbose_prints_each_clause(capsys: pytest.CaptureFixture[str]) -> None:
+    """--verbose prints one line per clause as it finishes."""
+    assert main(["certify", "-k", "step.window", "--verbose"]) == 0
+    err = capsys.readouterr().err
+    assert "pass    step.window.newest-n" in err
+
+
+def test_python_dash_m(tmp_path: Path) -> None:
+    """`python -m agentlooptest` runs the same CLI in a fresh process."""
+    run = subprocess.run(
+        [sys.executable, "-m", "agentlooptest", "certify", "-k", "session.get"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "session.get.unknown-creates-nothing" in run.stdout
+    assert "certifying agentloopmem" in run.stderr
+
+
+def test_clauses_listing(capsys: pytest.CaptureFixture[str]) -> None:
+    """`agentlooptest clauses` lists every clause id once."""
+    assert main(["clauses"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == [c.id for c in CLAUSES]

@@ -1,0 +1,32 @@
+"""The README's contract section stays in step with the clause list."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agentlooptest import CLAUSES
+from agentlooptest._cli import clause_table
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def _readme_table() -> str:
+    text = README.read_text(encoding="utf-8")
+    start = text.index("<!-- clause-table:start -->\n") + len("<!-- clause-table:start -->\n")
+    end = text.index("<!-- clause-table:end -->")
+    return text[start:end].strip()
+
+
+def test_readme_clause_table_matches_clause_list() -> None:
+    """The README table is exactly `agentlooptest clauses --markdown` (regenerate it if not)."""
+    assert _readme_table() == clause_table(), (
+        "README.md's clause table is stale: replace it with "
+        "`python -m agentlooptest clauses --markdown`"
+    )
+
+
+def test_table_has_one_row_per_clause() -> None:
+    """Every clause id appears in the table exactly once."""
+    table = _readme_table()
+    for c in CLAUSES:
+        assert table.count(f"| `{c.id}` |") == 1
