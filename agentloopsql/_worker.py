@@ -182,13 +182,19 @@ class Workers(Generic[ConnT]):
         except BaseException as exc:
             self._die(exc)
             return
+        running: list[Job[Any]] = []
         try:
             while (batch := self._take()) is not None:
+                running = batch
                 self._executor.run_batch(conn, batch)
+                running = []
                 self._hand_back(batch)
         except BaseException as exc:  # a bug here must not leave callers asleep forever
-            self._die(exc)
-            raise
+            for job in running:
+                if job.result is None:
+                    job.result = outcome.Error(self._executor.dead_error(exc))
+            self._hand_back(running)
+            self._die(exc)  # every caller gets the error, with exc as its cause
         finally:
             self._executor.disconnect(conn)
 

@@ -299,3 +299,22 @@ class TestCancellation:
                 gate.set()
             assert results == ["done"]
             assert [s.step_index for s in await store.all("s")] == [7]
+
+
+class TestWorkerDeath:
+    async def test_callers_are_answered_when_the_worker_dies(
+        self, db: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A bug that kills the worker mid-batch answers every caller; later calls fail fast."""
+        store = await SqliteStore.open(db)
+        executor = store._workers._executor
+
+        def explode(conn: sqlite3.Connection, jobs: list[object]) -> None:
+            raise RuntimeError("bug in the executor")
+
+        monkeypatch.setattr(executor, "run_batch", explode)
+        with pytest.raises(StoreUnavailableError, match=r"worker thread died"):
+            await store.append(step("s", 0))
+        with pytest.raises(StoreUnavailableError, match=r"worker thread died"):
+            await store.get("s")
+        await store.aclose()

@@ -90,7 +90,7 @@ class TestSession:
         assert Session("a", system_prompt="x\x00y").system_prompt == "x\x00y"
 
     @pytest.mark.parametrize(
-        "bad", ["{", "not json", "", "NaN", '{"a": Infinity}', "[1,]", "1e400", '[-1E999]']
+        "bad", ["{", "not json", "", "NaN", '{"a": Infinity}', "[1,]", "1e400", "[-1E999]"]
     )
     def test_data_must_be_json(self, bad: str) -> None:
         """data is JSON text (strict: no NaN/Infinity)."""
@@ -282,15 +282,25 @@ class TestSessionInfo:
 
     def test_status_from_str(self) -> None:
         """A status value converts to the enum member, as in FinalizeSummary."""
-        info = SessionInfo(id="a", status="timeout", step_count=0,  # type: ignore[arg-type]
-                           created_at=AWARE, updated_at=AWARE)
+        info = SessionInfo(
+            id="a",
+            status="timeout",
+            step_count=0,  # type: ignore[arg-type]
+            created_at=AWARE,
+            updated_at=AWARE,
+        )
         assert info.status is RunStatus.timeout
 
     def test_unknown_status(self) -> None:
         """An unknown status names the field and the allowed values."""
         with pytest.raises(ValueError, match=r"^status must be one of completed"):
-            SessionInfo(id="a", status="done", step_count=0,  # type: ignore[arg-type]
-                        created_at=AWARE, updated_at=AWARE)
+            SessionInfo(
+                id="a",
+                status="done",
+                step_count=0,  # type: ignore[arg-type]
+                created_at=AWARE,
+                updated_at=AWARE,
+            )
 
 
 class TestWithData:
