@@ -117,7 +117,8 @@ class SqlStoreBase(Generic[ConnT]):
         Raises:
             TypeError: ``step`` is not a ``RunStep``.
             StoreClosedError: the store was closed.
-            StoreUnavailableError: the backend failed; the step was not stored.
+            StoreUnavailableError: the backend failed; the step was not stored (unless
+                the message says the outcome is unknown: see the class docstring).
 
         **Cancellation handling**: all-or-nothing, as described on the class.
         """
