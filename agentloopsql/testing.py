@@ -9,9 +9,10 @@ Certify from the command line::
     AGENTLOOP_PG_DSN=postgresql://user@host/db agentlooptest certify agentloopsql.testing:postgres
 
 Needs the ``contract`` extra (``pip install 'agentloop[contract]'``), and
-``postgres`` the ``postgres`` one. ``postgres()`` puts each store in a new schema named ``agentloop_test_...``
-and drops those schemas when the process exits (or when
-:func:`drop_test_schemas` is called); it never touches any other schema.
+``postgres`` the ``postgres`` one. ``postgres()`` puts each store in a new
+schema named ``agentloop_test_...`` and drops those schemas when the process
+exits (or when :func:`drop_test_schemas` is called); it never touches any
+other schema.
 """
 
 from __future__ import annotations
