@@ -72,9 +72,11 @@ async def certify(
             on_result(result)
     return Report(
         results=tuple(results),
-        level=conformance_level(harness, results, capabilities),
+        level=conformance_level(harness, results)
+        + (f" (only clauses matching {pattern!r} ran)" if pattern else ""),
         duration=time.perf_counter() - start,
         capabilities={k: tuple(sorted(v)) for k, v in capabilities.items()},
+        pattern=pattern or None,
     )
 
 
@@ -123,9 +125,7 @@ async def _one(
     return await run_clause(clause, harness, clause_timeout=clause_timeout)
 
 
-def conformance_level(
-    harness: Harness, results: Iterable[ClauseResult], capabilities: dict[str, frozenset[str]]
-) -> str:
+def conformance_level(harness: Harness, results: Iterable[ClauseResult]) -> str:
     """What the results certify, per protocol: base, plus each capability whose clauses all passed.
 
     ``"step: base + all, aclose; session: not certified (no factory)"``; a

@@ -143,3 +143,17 @@ def clause(
 def registered() -> tuple[Clause, ...]:
     """Every clause registered so far, in registration order."""
     return tuple(_REGISTRY)
+
+
+async def expect_refused(
+    did: str, call: Callable[[], Awaitable[object]], *errors: type[Exception]
+) -> None:
+    """Await ``call`` and raise :class:`Violation` unless it raises one of ``errors``."""
+    names = " or ".join(e.__name__ for e in errors)
+    try:
+        got = await call()
+    except errors:
+        return
+    except Exception as exc:
+        raise Violation(did, names, f"{type(exc).__name__}: {exc}") from None
+    raise Violation(did, names, f"no error; it returned {_show(got)}")

@@ -166,7 +166,10 @@ async def _run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
-    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in ("certify", "clauses", "-h", "--help"):
+        argv = ["certify", *argv]  # certify is the default command
+    args = _parser().parse_args(argv)
     if args.command == "clauses":
         chosen = tuple(c for c in CLAUSES if matches(c, args.pattern))
         if args.markdown:
@@ -175,6 +178,4 @@ def main(argv: list[str] | None = None) -> int:
             for c in chosen:
                 print(f"{c.id:40} {c.capability or 'base':15} {c.title}")
         return 0
-    if args.command is None:
-        args = _parser().parse_args(["certify"])
     return trio.run(_run, args)

@@ -34,13 +34,15 @@ class Report:
     ``ok`` is true when no clause failed (skipped clauses cover capabilities
     the store does not have). ``level`` names what was certified, e.g.
     ``"step: base + all, delete_session; session: not certified"``.
-    ``duration`` is in seconds.
+    ``duration`` is in seconds. ``pattern`` is the ``-k`` selection when only
+    some clauses ran: such a report never says "certified".
     """
 
     results: tuple[ClauseResult, ...]
     level: str
     duration: float
     capabilities: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
+    pattern: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -80,6 +82,8 @@ class Report:
             f"{len(self.passed)} passed, {len(self.failed)} failed, "
             f"{len(self.skipped)} skipped in {self.duration:.1f}s"
         )
+        if self.ok and self.pattern:
+            return f"PASSED the clauses matching {self.pattern!r} (a partial run): {counts}"
         if self.ok:
             return f"CERTIFIED ({self.level}): {counts}"
         ids = ", ".join(r.id for r in self.failed[:5])
@@ -91,6 +95,7 @@ class Report:
         return {
             "ok": self.ok,
             "level": self.level,
+            "pattern": self.pattern,
             "verdict": self.verdict,
             "duration": self.duration,
             "capabilities": {k: list(v) for k, v in self.capabilities.items()},

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
-from agentlooptest._clause import Violation, clause, expect
+from agentlooptest._clause import Violation, clause, expect, expect_refused
 from agentlooptest._data import (
     CASE_IDS,
     SQL_IDS,
@@ -194,7 +195,7 @@ async def _no_alias(h: Harness) -> None:
 
 @clause(
     "step.bad-input.refused",
-    "append of a non-RunStep raises TypeError or ValueError and stores nothing",
+    "a non-RunStep, an empty id or an id with NUL is refused with TypeError/ValueError",
     why=(
         "bad input must fail loudly and leave the trace as it was: a store that stores "
         "garbage or half of it corrupts the history every later run replays"
@@ -205,32 +206,32 @@ async def _bad_input(h: Harness) -> None:
         sent = steps("s", 2)
         await s.append_all(sent)
         good = step("s", 5)
-        bad_values: list[object] = [
+        bad_steps: list[object] = [
             None,
             "not a step",
             {f: getattr(good, f) for f in ("session_id", "step_index", "step_type")},
             (good,),
         ]
-        for bad in bad_values:
-            try:
-                await s.store.append(bad)
-            except (TypeError, ValueError):
-                pass
-            except Exception as exc:
-                raise Violation(
-                    f"called append({bad!r:.60})",
-                    "TypeError or ValueError",
-                    f"{type(exc).__name__}: {exc}",
-                ) from None
-            else:
-                raise Violation(
-                    f"called append({bad!r:.60})", "TypeError or ValueError", "no error"
-                )
-        for sid in ("s",):
-            got = await s.last_n(sid, 10)
-            expect(
-                same_steps(sent, got),
-                did="after the refused appends, last_n('s', 10)",
-                expected=describe(sent),
-                got=describe(got),
+        for bad in bad_steps:
+            await expect_refused(
+                f"called append({bad!r:.60})", partial(s.store.append, bad), TypeError, ValueError
             )
+        bad_ids: list[tuple[object, type[Exception]]] = [
+            ("", ValueError),
+            ("a\x00b", ValueError),
+            (None, TypeError),
+            (b"s", TypeError),
+        ]
+        for sid, error in bad_ids:
+            await expect_refused(
+                f"called last_n({sid!r}, 1)", partial(s.store.last_n, sid, 1), error
+            )
+            if hasattr(s.store, "all"):
+                await expect_refused(f"called all({sid!r})", partial(s.store.all, sid), error)
+        got = await s.last_n("s", 10)
+        expect(
+            same_steps(sent, got),
+            did="after the refused calls, last_n('s', 10)",
+            expected=describe(sent),
+            got=describe(got),
+        )

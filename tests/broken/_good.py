@@ -82,6 +82,7 @@ class GoodSteps(_Base):
 
     async def all(self, session_id: str) -> list[RunStep]:
         """Every step, in insertion order."""
+        validate_session_id(session_id)
         await self.enter()
         got = list(self.steps.get(self.key(session_id), []))
         await self.leave()
@@ -119,6 +120,7 @@ class GoodSessions(_Base):
 
     def write(self, session_id: str) -> _Record:
         """The record to write into, created if needed, moved to the front of the recency order."""
+        validate_session_id(session_id)
         record = self.records.get(self.key(session_id))
         if record is None:
             record = self.records[self.key(session_id)] = _Record(Session(session_id), 0)
@@ -135,6 +137,7 @@ class GoodSessions(_Base):
 
     async def exists(self, session_id: str) -> bool:
         """Whether a write created the session."""
+        validate_session_id(session_id)
         await self.enter()
         found = self.key(session_id) in self.records
         await self.leave()
@@ -142,6 +145,7 @@ class GoodSessions(_Base):
 
     async def update_data(self, session_id: str, snapshot: str | None) -> None:
         """Replace the data."""
+        validate_session_id(session_id)
         if snapshot is not None:
             validate_json(snapshot, "snapshot")
         await self.enter()
@@ -152,6 +156,9 @@ class GoodSessions(_Base):
 
     async def finalize(self, session_id: str, summary: FinalizeSummary) -> None:
         """Record the latest summary."""
+        validate_session_id(session_id)
+        if not isinstance(summary, FinalizeSummary):
+            raise TypeError(f"summary must be a FinalizeSummary, got {summary!r}")
         await self.enter()
         record = self.write(session_id)
         record.final = summary
@@ -160,6 +167,8 @@ class GoodSessions(_Base):
 
     async def put(self, session: Session) -> None:
         """Store the session whole."""
+        if not isinstance(session, Session):
+            raise TypeError(f"session must be a Session, got {session!r}")
         await self.enter()
         self.write(session.id).session = session
         await self.leave()

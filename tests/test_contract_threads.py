@@ -1,0 +1,102 @@
+"""A store doing its work in worker threads, as the SQL stores do, passes the contract.
+
+Cancellation then lands between thread hops, and a call cancelled while its
+thread runs finishes that work first: the contract must accept "happened"
+as well as "did not happen", never a false failure.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TypeVar
+
+import trio
+from broken._good import GoodBoth
+
+from agentlooptest import Harness, certify
+
+T = TypeVar("T")
+
+
+class Threaded:
+    """Every call runs the reference store's logic in a worker thread, two hops per write."""
+
+    def __init__(self) -> None:
+        self._inner = GoodBoth()
+        self._lock = threading.Lock()
+
+    def _sync(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return trio.run(partial(getattr(self._inner, name), *args, **kwargs))
+
+    async def _hop(self, fn: Callable[[], T]) -> T:
+        return await trio.to_thread.run_sync(fn)
+
+    async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        await self._hop(lambda: None)  # a first round trip, like BEGIN
+        return await self._hop(lambda: self._sync(name, *args, **kwargs))
+
+    async def append(self, step: Any) -> None:
+        """See GoodBoth."""
+        await self._call("append", step)
+
+    async def last_n(self, session_id: str, n: int) -> Any:
+        """See GoodBoth."""
+        return await self._call("last_n", session_id, n)
+
+    async def all(self, session_id: str) -> Any:
+        """See GoodBoth."""
+        return await self._call("all", session_id)
+
+    async def get(self, session_id: str) -> Any:
+        """See GoodBoth."""
+        return await self._call("get", session_id)
+
+    async def exists(self, session_id: str) -> Any:
+        """See GoodBoth."""
+        return await self._call("exists", session_id)
+
+    async def update_data(self, session_id: str, snapshot: Any) -> None:
+        """See GoodBoth."""
+        await self._call("update_data", session_id, snapshot)
+
+    async def finalize(self, session_id: str, summary: Any) -> None:
+        """See GoodBoth."""
+        await self._call("finalize", session_id, summary)
+
+    async def put(self, session: Any) -> None:
+        """See GoodBoth."""
+        await self._call("put", session)
+
+    async def final(self, session_id: str) -> Any:
+        """See GoodBoth."""
+        return await self._call("final", session_id)
+
+    async def list_sessions(self, *, limit: Any = 100) -> Any:
+        """See GoodBoth."""
+        return await self._call("list_sessions", limit=limit)
+
+    async def delete_session(self, session_id: str) -> Any:
+        """See GoodBoth."""
+        return await self._call("delete_session", session_id)
+
+    async def aclose(self) -> None:
+        """See GoodBoth."""
+        await self._call("aclose")
+
+
+async def _new() -> Threaded:
+    return Threaded()
+
+
+async def _same(store: Any) -> Any:
+    return store
+
+
+async def test_threaded_store_passes_everything() -> None:
+    """Every clause passes for a correct store whose calls hop through worker threads."""
+    report = await certify(Harness(new_step_store=_new, new_session_store=_new, reopen=_same))
+    assert report.failed == (), "\n\n".join(r.message for r in report.failed)
+    assert report.skipped == ()
