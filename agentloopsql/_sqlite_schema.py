@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 
 from agentloop import StoreError
 
@@ -90,6 +91,28 @@ def migrate(conn: sqlite3.Connection) -> None:
         raise
 
 
+def _enable_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
+    """Switch the file to WAL, waiting out other connections as ``busy_timeout`` allows.
+
+    Switching needs a moment of exclusive access, and SQLite answers "database
+    is locked" at once, without its busy handler, when another connection is
+    opening the same new file; so retry with a short backoff.
+    """
+    deadline = time.monotonic() + busy_timeout
+    pause = 0.001
+    while True:
+        try:
+            # ":memory:" answers "memory": there is no file to journal.
+            conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            return
+        except sqlite3.OperationalError as exc:
+            locked = "locked" in str(exc) or "busy" in str(exc)
+            if not locked or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
 def connect(path: str, synchronous: str, busy_timeout: float) -> sqlite3.Connection:
     """Open ``path`` in autocommit mode with WAL and the given durability, then migrate.
 
@@ -98,8 +121,7 @@ def connect(path: str, synchronous: str, busy_timeout: float) -> sqlite3.Connect
     conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000):d}")
-        # ":memory:" answers "memory": there is no file to journal.
-        conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        _enable_wal(conn, busy_timeout)
         conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
         migrate(conn)
     except BaseException:
