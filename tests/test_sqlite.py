@@ -124,20 +124,23 @@ class TestOpen:
             assert [s.content for s in await again.all("s")] == ["kept"]
             assert (await again.get("s")).model == "m"
 
-    async def test_concurrent_first_opens(self, db: str) -> None:
-        """Several stores opening one new file at once all succeed (one migrates)."""
-        stores: list[SqliteStore] = []
+    async def test_concurrent_first_opens(self, tmp_path: Path) -> None:
+        """Six stores opening one new file at once all succeed (one migrates); 10 files."""
+        for round_ in range(10):
+            db = str(tmp_path / f"new-{round_}.db")
+            stores: list[SqliteStore] = []
 
-        async def open_one() -> None:
-            stores.append(await SqliteStore.open(db))
+            async def open_one(db: str = db, stores: list[SqliteStore] = stores) -> None:
+                stores.append(await SqliteStore.open(db))
 
-        async with trio.open_nursery() as nursery:
-            for _ in range(6):
-                nursery.start_soon(open_one)
-        for store in stores:
-            await store.aclose()
-        with sqlite3.connect(db) as conn:
-            assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+            async with trio.open_nursery() as nursery:
+                for _ in range(6):
+                    nursery.start_soon(open_one)
+            for store in stores:
+                await store.aclose()
+            with sqlite3.connect(db) as conn:
+                assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+                assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
 class TestLocking:
