@@ -98,6 +98,9 @@ class Run:
         self._get_failed = False
         self._loaded = False  # last_n returned: the next step index is known
         self._abort_status: RunStatus | None = None
+        self._finalize_tried: RunStatus | None = None  # the status of the last finalize tried
+        self._record_deadline: float | None = None  # the one bound of the timeout path
+        self._gave_up = False  # the timeout path ran out of its bound: record nothing more
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -153,6 +156,7 @@ class Run:
 
     async def _finish(self, status: RunStatus, text: str) -> RunResult:
         summary = self._summary(status)
+        self._finalize_tried = status
         await self._store("finalize", self._sessions.finalize, self._sid, summary)
         self._finalized = True
         self._emit(Finalized(self._sid, summary))
@@ -166,23 +170,70 @@ class Run:
         )
 
     async def _abort(self, exc: BaseException) -> None:
-        """Best-effort, shielded and bounded ``finalize`` for a run that is raising ``exc``."""
+        """Best-effort, shielded and bounded ``finalize`` for a run that is raising ``exc``.
+
+        The bound is ``finalize_timeout`` from now, or what is left of the bound
+        the timeout path already started (a run is never recorded for longer
+        than one ``finalize_timeout``). A finalize abandoned at the bound, or
+        one that fails, is reported as a ``LoopWarning``: ``exc`` still wins.
+        """
         cancelled = (
             isinstance(exc, trio.Cancelled) or trio.current_effective_deadline() == -math.inf
         )
         status = RunStatus.cancelled if cancelled else (self._abort_status or RunStatus.error)
-        if self._finalized:
-            return
-        with trio.CancelScope(shield=True), trio.move_on_after(self._config.finalize_timeout):
+        if self._finalized or self._gave_up or status is self._finalize_tried:
+            return  # recorded, out of time, or this very finalize was tried: no second attempt
+        bound = self._record_deadline
+        if bound is None:
+            bound = trio.current_time() + self._config.finalize_timeout
+        with trio.CancelScope(shield=True), trio.move_on_at(bound) as scope:
             try:
                 summary = self._summary(status)
+                self._finalize_tried = status
                 await self._sessions.finalize(self._sid, summary)
                 self._finalized = True
                 self._emit(Finalized(self._sid, summary))
             except Exception as failure:
                 # The exception already propagating matters more than this one.
-                with contextlib.suppress(Exception):
-                    self._emit(LoopWarning(self._sid, f"finalize({status}) failed: {failure!r}"))
+                self._warn(f"finalize({status}) failed: {failure!r}")
+        if scope.cancelled_caught:
+            self._warn(
+                f"finalize({status}) abandoned after {self._config.finalize_timeout}s "
+                f"(finalize_timeout)"
+            )
+
+    def _warn(self, message: str) -> None:
+        """Emit a ``LoopWarning`` from a failure path, where ``on_event`` may not raise."""
+        with contextlib.suppress(Exception):
+            self._emit(LoopWarning(self._sid, message))
+
+    async def _record_timeout(self) -> RunResult:
+        """Append the ``error`` step and ``finalize(timeout)`` within one ``finalize_timeout``.
+
+        Raises:
+            StoreError: the bound expired; the message names the operation that
+                was running and the session, ``__cause__`` is ``trio.TooSlowError``.
+                No second attempt is made.
+        """
+        self._abort_status = RunStatus.timeout
+        self._record_deadline = trio.current_time() + self._config.finalize_timeout
+        operation = "finalize"
+        try:
+            with trio.fail_at(self._record_deadline):
+                if self._loaded:  # else the next step index is unknown: record no step
+                    operation = "append"
+                    await self._append(
+                        StepType.error, f"run_timeout expired after {self._config.run_timeout}s"
+                    )
+                    operation = "finalize"
+                return await self._finish(RunStatus.timeout, "")
+        except trio.TooSlowError as exc:
+            self._gave_up = True
+            raise StoreError(
+                f"{operation} failed for session {self._sid!r}: recording the run_timeout "
+                f"did not finish within finalize_timeout ({self._config.finalize_timeout}s); "
+                f"the run is not finalized"
+            ) from exc
 
     # -- the run --------------------------------------------------------------------------
 
@@ -197,17 +248,7 @@ class Run:
                 status, text = await self._body()
             if not scope.cancelled_caught:
                 return await self._finish(status, text)
-            self._abort_status = RunStatus.timeout
-            with trio.move_on_after(self._config.finalize_timeout):
-                if self._loaded:  # else the next step index is unknown: record no step
-                    await self._append(
-                        StepType.error, f"run_timeout expired after {self._config.run_timeout}s"
-                    )
-                return await self._finish(RunStatus.timeout, "")
-            raise StoreError(
-                f"recording the timeout of session {self._sid!r} did not finish "
-                f"within finalize_timeout ({self._config.finalize_timeout}s)"
-            )
+            return await self._record_timeout()
         except BaseException as exc:
             if not self._get_failed:  # a failed get writes nothing, finalize included
                 await self._abort(exc)

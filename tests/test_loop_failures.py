@@ -8,6 +8,7 @@ import pytest
 import trio
 import trio.testing
 from _loop_helpers import (
+    CountingSessions,
     FailingGet,
     FailingSteps,
     SlowFinalize,
@@ -20,11 +21,14 @@ from _loop_helpers import (
 import agentloopmem
 from agentloop import (
     EventCollector,
+    FinalizeSummary,
     Loop,
     LoopConfig,
     LoopWarning,
     ModelReply,
+    ModelRequest,
     RunStatus,
+    RunStep,
     ScriptedModel,
     StepType,
     StoreError,
@@ -224,6 +228,70 @@ class TestBudgets:
         assert await _final_status(loop) is RunStatus.timeout
 
 
+    async def test_timeout_recording_is_bounded_once(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """A finalize(timeout) that hangs is tried once, bounded once, and named in the error."""
+        sessions = SlowFinalize()
+        config = LoopConfig(run_timeout=10, finalize_timeout=2)
+        loop = Loop(model=SlowModel(), sessions=sessions, config=config)
+        start = trio.current_time()
+        with pytest.raises(
+            StoreError,
+            match=r"^finalize failed for session 's': recording the run_timeout did not finish "
+            r"within finalize_timeout \(2s\)",
+        ) as info:
+            await loop.run("s", "hi")
+        assert isinstance(info.value.__cause__, trio.TooSlowError)
+        assert trio.current_time() - start == pytest.approx(12)
+        assert sessions.finalize_calls == 1
+        assert (await _steps(loop))[-1] == (StepType.error, "run_timeout expired after 10s")
+
+    async def test_timeout_error_step_that_hangs_is_named(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """An error-step append that outlasts finalize_timeout is named; no finalize follows."""
+
+        class HangingAppend(agentloopmem.StepStore):
+            hang = False
+
+            async def append(self, step: RunStep) -> None:
+                if self.hang:
+                    await trio.sleep_forever()
+                await super().append(step)
+
+        class HangAfterUser(SlowModel):
+            async def complete(self, request: ModelRequest) -> ModelReply:
+                steps.hang = True
+                return await super().complete(request)
+
+        steps = HangingAppend()
+        sessions = CountingSessions()
+        config = LoopConfig(run_timeout=10, finalize_timeout=2)
+        loop = Loop(model=HangAfterUser(), steps=steps, sessions=sessions, config=config)
+        start = trio.current_time()
+        with pytest.raises(StoreError, match=r"^append failed for session 's': recording"):
+            await loop.run("s", "hi")
+        assert trio.current_time() - start == pytest.approx(12)
+        assert sessions.finalize_calls == {}
+
+    async def test_failing_timeout_finalize_is_not_retried(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """A finalize(timeout) that raises is reported once, never tried a second time."""
+
+        class NoFinalize(CountingSessions):
+            async def finalize(self, session_id: str, summary: FinalizeSummary) -> None:
+                await super().finalize(session_id, summary)
+                raise StoreUnavailableError("gone")
+
+        sessions = NoFinalize()
+        loop = Loop(model=SlowModel(), sessions=sessions, config=LoopConfig(run_timeout=10))
+        with pytest.raises(StoreError, match=r"^finalize failed for session 's'"):
+            await loop.run("s", "hi")
+        assert sessions.finalize_calls == {"s": 1}
+
+
 class TestCancellation:
     async def test_cancelled_during_get_records_cancelled(
         self, autojump_clock: trio.testing.MockClock
@@ -298,6 +366,8 @@ class TestCancellation:
         assert trio.current_time() - start == pytest.approx(7)
         assert sessions.finalize_calls == 1
         assert await sessions.final("s") is None
+        warnings = [w.message for w in events.of_type(LoopWarning)]
+        assert warnings == ["finalize(cancelled) abandoned after 2s (finalize_timeout)"]
 
     async def test_cancelled_during_normal_finalize_records_cancelled(
         self, autojump_clock: trio.testing.MockClock
