@@ -26,7 +26,7 @@ from agentloop._model import Message, Model, ModelReply, ModelRequest, ToolCall,
 from agentloop._rehydrate import next_step_index, replay, tool_call_fields, tool_result_args
 from agentloop._tools import Tool, ToolContext
 from agentloop._types import CompactionCheckpoint, FinalizeSummary, RunStatus, RunStep, StepType
-from agentloop._validate import INT32_MAX, check_text, parse_json, preview, validate_json
+from agentloop._validate import INT32_MAX, check_text, parse_json, preview
 
 if TYPE_CHECKING:
     from agentloop._protocols import SessionStore, StepStore
@@ -35,17 +35,16 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-def _canonical(data: Any) -> str | None:
-    """The JSON text persisted for a working-memory value (``None`` stays ``None``).
+def _canonical(data: Any) -> str:
+    """The JSON text persisted for a working-memory value (JSON ``null`` for ``None``).
 
-    Only the encoding is checked here; ``validate_json`` runs when the text is
+    Only the encoding is checked here; ``parse_json`` runs when the text is
     about to be written, so a tool that leaves data unchanged costs one ``dumps``.
 
     Raises:
         TypeError, ValueError: ``data`` is not JSON-encodable.
+        RecursionError: ``data`` is nested too deeply to encode.
     """
-    if data is None:
-        return None
     return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
@@ -90,7 +89,8 @@ class Run:
         self._completion = 0
         self._next_index = 0
         self._snapshot: str | None = None  # the data as last stored (or loaded)
-        self._baseline: str | None = None  # canonical JSON of that data, to spot changes
+        self._shown: str | None = None  # the data the model is shown (None: unreadable)
+        self._baseline = "{}"  # canonical JSON of the working memory, to spot changes
         self._ctx = ToolContext(session_id)
         self._messages: list[Message] = []
         self._sources: list[int] = []  # the step index each message came from
@@ -261,14 +261,12 @@ class Run:
         except StoreError:
             self._get_failed = True
             raise
-        self._snapshot = session.data
+        self._snapshot = self._shown = session.data
         window = await self._store("last_n", self._steps.last_n, self._sid, config.history_window)
         self._next_index = next_step_index(window)
         self._loaded = True
         self._messages, self._sources = replay(window)
-        data = parse_json(session.data, "data") if session.data is not None else None
-        self._ctx = ToolContext(self._sid, data)
-        self._baseline = _canonical(self._ctx.data)
+        self._load_data(session.data)
 
         index = await self._append(StepType.user, self._message)
         self._messages.append(Message(role="user", content=self._message))
@@ -302,6 +300,34 @@ class Run:
             f"max_iterations reached: {config.max_iterations} model calls without a response",
         )
         return RunStatus.max_iterations, ""
+
+    def _load_data(self, stored: str | None) -> None:
+        """Working memory from the stored snapshot (``{}`` when there is none).
+
+        A snapshot the loop cannot read back (not JSON, or JSON that cannot be
+        re-encoded, e.g. a number that decoded to ``inf``) must not brick the
+        session: it is reported as a ``LoopWarning``, the run starts with empty
+        working memory, the model is shown no data, and the stored text is left
+        as it is until a tool writes new data over it.
+        """
+        if stored is not None:
+            try:
+                data = parse_json(stored, "data")
+                self._baseline = _canonical(data)
+            except (TypeError, ValueError, RecursionError) as exc:
+                self._shown = None
+                self._emit(
+                    LoopWarning(
+                        self._sid,
+                        f"session data cannot be loaded ({exc}); working memory starts "
+                        f"empty and the stored data is kept until a tool writes new data",
+                    )
+                )
+            else:
+                self._ctx = ToolContext(self._sid, data)
+                return
+        self._ctx = ToolContext(self._sid)
+        self._baseline = _canonical(self._ctx.data)
 
     async def _compact(self, compactor: Compactor) -> None:
         try:
@@ -349,7 +375,7 @@ class Run:
             system_prompt=session.system_prompt,
             messages=tuple(self._messages),
             tools=self._specs,
-            data=self._snapshot,
+            data=self._shown,
         )
         try:
             reply = await self._model.complete(request)
@@ -392,10 +418,15 @@ class Run:
             self._sources.append(index)
 
     def _restore_data(self) -> None:
-        self._ctx.data = json.loads(self._baseline) if self._baseline is not None else None
+        self._ctx.data = json.loads(self._baseline)
 
     async def _call_tool(self, call: ToolCall) -> str:
-        """The tool's output, or an ``Error:`` text; persists changed working memory."""
+        """The tool's output, or an ``Error:`` text; persists changed working memory.
+
+        After a write, ``ctx.data`` is replaced by the decoded stored text, so
+        the rest of the run sees exactly what the next run will (``{1: "a"}``
+        becomes ``{"1": "a"}``, tuples become lists).
+        """
         tool = self._tools.get(call.name)
         if tool is None:
             return f"Error: unknown tool {call.name!r}; available tools: {sorted(self._tools)}"
@@ -418,13 +449,14 @@ class Run:
             return f"Error: tool {call.name!r} failed: {exc!r}"
         try:
             canonical = _canonical(self._ctx.data)
-            if canonical != self._baseline and canonical is not None:
-                validate_json(canonical, "data")  # NUL or lone surrogates no store can keep
-        except (TypeError, ValueError) as exc:
+            if canonical == self._baseline:
+                return output
+            # NUL or lone surrogates no store can keep; also the value the run sees from now on
+            stored = parse_json(canonical, "data")
+        except (TypeError, ValueError, RecursionError) as exc:
             self._restore_data()
             return f"Error: tool {call.name!r} left working memory that is not JSON: {exc}"
-        if canonical != self._baseline:
-            await self._store("update_data", self._sessions.update_data, self._sid, canonical)
-            self._baseline = canonical
-            self._snapshot = canonical
+        await self._store("update_data", self._sessions.update_data, self._sid, canonical)
+        self._baseline = self._snapshot = self._shown = canonical
+        self._ctx.data = stored
         return output

@@ -13,23 +13,27 @@ import attrs
 from agentloop._model import ToolSpec
 from agentloop._validate import check_text, preview
 
+_NO_DATA: Any = object()  # "the session has no data", apart from a stored JSON null
+
 
 class ToolContext:
     """What a tool sees of its run: the session id and the session's working memory.
 
-    ``data`` is the decoded JSON value of the session's data (an empty dict
-    when the session has none). A tool may mutate it in place or reassign it;
-    after the tool returns, the loop persists any change with ``update_data``,
-    so the next run of the session sees it. A value that is not JSON (a set,
-    NaN, ...) is refused: the call becomes an ``Error:`` result and ``data``
-    goes back to its last persisted value.
+    ``data`` is the decoded JSON value of the session's data: an empty dict
+    when the session has none (``data`` omitted here), ``None`` for a stored
+    JSON ``null``. A tool may mutate it in place or reassign it; after the
+    tool returns, the loop persists any change with ``update_data``, so the
+    next run of the session sees it, and replaces ``data`` with the decoded
+    stored value. A value that is not JSON (a set, NaN, nesting too deep to
+    encode, ...) is refused: the call becomes an ``Error:`` result and
+    ``data`` goes back to its last persisted value.
     """
 
     __slots__ = ("_session_id", "data")
 
-    def __init__(self, session_id: str, data: Any = None) -> None:
+    def __init__(self, session_id: str, data: Any = _NO_DATA) -> None:
         self._session_id = session_id
-        self.data: Any = {} if data is None else data
+        self.data: Any = {} if data is _NO_DATA else data
 
     @property
     def session_id(self) -> str:

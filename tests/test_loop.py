@@ -206,6 +206,47 @@ class TestWorkingMemory:
         assert seen == ["Session-Ä"]
 
 
+    async def test_stored_null_is_none_not_an_empty_dict(self) -> None:
+        """A stored JSON null reaches tools as None; a tool storing None keeps it null."""
+        seen: list[object] = []
+
+        async def peek(args: dict[str, object], ctx: ToolContext) -> str:
+            seen.append(ctx.data)
+            return "ok"
+
+        async def clear(args: dict[str, object], ctx: ToolContext) -> str:
+            ctx.data = None
+            return "ok"
+
+        tools = [Tool("peek", "", {}, peek), Tool("clear", "", {}, clear)]
+        model = ScriptedModel([call("peek"), "a", call("clear"), call("peek", "c2"), "b"])
+        loop = Loop(model=model, tools=tools)
+        await loop.sessions.update_data("s", "null")
+        await loop.run("s", "first")
+        await loop.run("new", "second")
+        assert seen == [None, None]
+        assert (await loop.sessions.get("new")).data == "null"
+
+    async def test_in_run_view_is_what_was_stored(self) -> None:
+        """After a write, later tools in the run see the stored value (keys become strings)."""
+        seen: list[object] = []
+
+        async def set_keys(args: dict[str, object], ctx: ToolContext) -> str:
+            ctx.data = {1: "a", "t": (1, 2)}
+            return "ok"
+
+        async def peek(args: dict[str, object], ctx: ToolContext) -> str:
+            seen.append(ctx.data)
+            return "ok"
+
+        tools = [Tool("set", "", {}, set_keys), Tool("peek", "", {}, peek)]
+        loop = Loop(model=ScriptedModel([call("set"), call("peek", "c2"), "done"]), tools=tools)
+        await loop.run("s", "hi")
+        stored = (await loop.sessions.get("s")).data
+        assert stored is not None
+        assert seen == [json.loads(stored)] == [{"1": "a", "t": [1, 2]}]
+
+
 class TestIndices:
     async def test_indices_monotonic_across_runs_beyond_the_window(self) -> None:
         """Five tool-using runs with history_window=3 number their steps 0..19 without gaps."""

@@ -30,6 +30,7 @@ from agentloop import (
     RunStatus,
     RunStep,
     ScriptedModel,
+    Session,
     StepType,
     StoreError,
     StoreUnavailableError,
@@ -144,6 +145,89 @@ class TestToolErrors:
             "Error: tool 'set' left working memory that is not JSON"
         )
         assert (await loop.sessions.get("s")).data is None
+
+
+    async def test_data_nested_too_deeply_is_an_error_result(self) -> None:
+        """Data too deep to encode is an 'Error:' result (not a crash) and is not stored."""
+
+        async def deep(args: dict[str, object], ctx: ToolContext) -> str:
+            nested: list[object] = []
+            for _ in range(100_000):
+                nested = [nested]
+            ctx.data = nested
+            return "ok"
+
+        async def peek(args: dict[str, object], ctx: ToolContext) -> str:
+            return json.dumps(ctx.data)
+
+        tools = [Tool("deep", "", {}, deep), Tool("peek", "", {}, peek)]
+        loop = Loop(model=ScriptedModel([call("deep"), call("peek", "c2"), "ok"]), tools=tools)
+        result = await loop.run("s", "hi")
+        assert result.status is RunStatus.completed
+        steps = await _steps(loop)
+        assert steps[2][1].startswith("Error: tool 'deep' left working memory that is not JSON")
+        assert steps[4][1] == "{}"
+        assert (await loop.sessions.get("s")).data is None
+
+
+class UnreadableData(agentloopmem.SessionStore):
+    """A buggy store: ``get`` hands back data text that bypassed validation."""
+
+    def __init__(self, raw: str) -> None:
+        super().__init__()
+        self.raw = raw
+
+    async def get(self, session_id: str) -> Session:
+        session = await super().get(session_id)
+        if session.data is None:
+            object.__setattr__(session, "data", self.raw)  # what a broken store could return
+        return session
+
+
+class TestUnreadableData:
+    @pytest.mark.parametrize("raw", ['{"x": 1e400}', "not json", "[" * 100_000 + "]" * 100_000])
+    async def test_does_not_brick_the_session(self, raw: str) -> None:
+        """Stored data that cannot be read back is a warning; runs still complete."""
+        seen: list[object] = []
+
+        async def peek(args: dict[str, object], ctx: ToolContext) -> str:
+            seen.append(ctx.data)
+            return "ok"
+
+        sessions = UnreadableData(raw)
+        events = EventCollector()
+        model = ScriptedModel([call("peek"), "a", "b"])
+        tools = [Tool("peek", "", {}, peek)]
+        loop = Loop(model=model, sessions=sessions, tools=tools, on_event=events)
+        for message in ("first", "second"):
+            assert (await loop.run("s", message)).status is RunStatus.completed
+        assert seen == [{}]
+        assert [r.data for r in model.requests] == [None, None, None]
+        warnings = [w.message for w in events.of_type(LoopWarning)]
+        assert len(warnings) == 2
+        assert warnings[0].startswith("session data cannot be loaded (")
+        assert (await sessions.get("s")).data == raw  # left as it is
+        final = await sessions.final("s")
+        assert final is not None
+        assert final.data_bytes_carried == len(raw.encode("utf-8"))
+
+    async def test_a_tool_write_replaces_it(self) -> None:
+        """A tool that writes working memory stores it over the unreadable data."""
+        loop = Loop(
+            model=ScriptedModel([call("write"), "a"]),
+            sessions=UnreadableData('{"x": 1e400}'),
+            tools=[write_k],
+            on_event=EventCollector(),
+        )
+        await loop.run("s", "hi")
+        assert (await loop.sessions.get("s")).data == '{"k":1}'
+
+
+@tool(name="write")
+async def write_k(ctx: ToolContext) -> str:
+    """Write k."""
+    ctx.data["k"] = 1
+    return "ok"
 
 
 class TestBudgets:

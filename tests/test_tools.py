@@ -42,6 +42,10 @@ class TestToolContext:
         ctx.data["k"] = 1
         assert ctx.data == {"k": 1}
 
+    def test_none_is_json_null(self) -> None:
+        """An explicit None is a stored JSON null, not "no data"."""
+        assert ToolContext("s", None).data is None
+
     def test_session_id_is_read_only(self) -> None:
         """A tool cannot change which session it runs for."""
         with pytest.raises(AttributeError):
