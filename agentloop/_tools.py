@@ -10,7 +10,7 @@ from typing import Any, overload
 
 import attrs
 
-from agentloop._model import ToolSpec
+from agentloop._model import ToolSpec, frozen_schema
 from agentloop._validate import check_text, preview
 
 _NO_DATA: Any = object()  # "the session has no data", apart from a stored JSON null
@@ -79,7 +79,9 @@ class Tool:
     """A tool the model may call: ``fn(args, ctx)`` is awaited with the decoded arguments.
 
     ``parameters`` is the JSON schema of ``args`` shown to the model; the loop
-    does not enforce it. Whatever ``fn`` raises (``Exception``, not
+    does not enforce it. It is kept as a deep, read-only copy (a ``dict`` that
+    raises ``TypeError`` on change), so neither the caller nor a model can
+    alter the tool after it is built. Whatever ``fn`` raises (``Exception``, not
     cancellation) becomes a ``tool_result`` step starting with ``Error:`` and
     the run continues, so the model can recover.
 
@@ -90,7 +92,9 @@ class Tool:
 
     name: str = attrs.field(validator=_name)
     description: str = attrs.field(validator=_text)
-    parameters: dict[str, Any] = attrs.field(validator=_schema, hash=False)
+    parameters: dict[str, Any] = attrs.field(
+        converter=frozen_schema, validator=_schema, hash=False
+    )
     fn: ToolFn = attrs.field(validator=_async_fn, hash=False)
 
     @property

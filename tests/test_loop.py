@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import subprocess
 import sys
@@ -18,6 +20,7 @@ from agentloop import (
     LoopConfig,
     Message,
     ModelReply,
+    ModelRequest,
     RunStarted,
     RunStatus,
     ScriptedModel,
@@ -139,6 +142,23 @@ class TestConversation:
         model = ScriptedModel(["ok"])
         await Loop(model=model, tools=[remember, recall]).run("s", "hi")
         assert [spec.name for spec in model.requests[0].tools] == ["remember", "recall"]
+
+    async def test_a_model_cannot_change_a_tool_for_later_requests(self) -> None:
+        """Tool parameters in a request are read-only, so later requests see the tool as built."""
+        seen: list[dict[str, object]] = []
+
+        class Meddler:
+            async def complete(self, request: ModelRequest) -> ModelReply:
+                seen.append(copy.deepcopy(request.tools[0].parameters))
+                with contextlib.suppress(TypeError):
+                    request.tools[0].parameters["properties"]["key"] = {"type": "integer"}
+                return ModelReply("ok")
+
+        loop = Loop(model=Meddler(), tools=[recall])
+        await loop.run("s", "one")
+        await loop.run("s", "two")
+        assert seen[0] == seen[1] == recall.parameters
+        assert recall.parameters["properties"]["key"] == {"type": "string"}
 
     async def test_multiple_calls_in_one_reply_replay_as_one_message(self) -> None:
         """A reply with two calls is one assistant message in-run and after replay."""

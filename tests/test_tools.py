@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import json
 from typing import Any
 
 import pytest
@@ -18,6 +20,26 @@ class TestTool:
         """A Tool's spec carries its name, description and schema."""
         item = Tool("noop", "does nothing", {"type": "object"}, noop)
         assert item.spec == ToolSpec("noop", "does nothing", {"type": "object"})
+
+    def test_parameters_are_a_read_only_deep_copy(self) -> None:
+        """The schema is copied at construction and cannot be changed through the tool."""
+        schema: dict[str, Any] = {"type": "object", "properties": {"q": {"type": "string"}}}
+        item = Tool("noop", "", schema, noop)
+        schema["properties"]["q"]["type"] = "integer"
+        assert item.parameters["properties"]["q"] == {"type": "string"}
+        assert item.spec.parameters == item.parameters
+        assert isinstance(item.parameters, dict)
+        assert json.loads(json.dumps(item.parameters)) == item.parameters
+        with pytest.raises(TypeError, match=r"^tool parameters are read-only"):
+            item.parameters["hacked"] = True
+        with pytest.raises(TypeError, match=r"^tool parameters are read-only"):
+            item.spec.parameters["properties"]["q"].update(type="integer")
+        with pytest.raises(TypeError, match=r"^tool parameters are read-only"):
+            ToolSpec("x", "", {"enum": [1, 2]}).parameters["enum"].append(3)
+        mutable = copy.deepcopy(item.parameters)
+        mutable["properties"]["q"]["type"] = "integer"
+        assert type(mutable["properties"]) is dict
+        assert item.parameters["properties"]["q"] == {"type": "string"}
 
     def test_fn_must_be_async(self) -> None:
         """A sync function is refused with TypeError."""
