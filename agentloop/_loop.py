@@ -73,7 +73,9 @@ class Loop:
             raise TypeError(f"config must be a LoopConfig, got {preview(config)}")
         if on_event is not None and not callable(on_event):
             raise TypeError(f"on_event must be a callable or None, got {preview(on_event)}")
-        if inspect.iscoroutinefunction(on_event):
+        if inspect.iscoroutinefunction(on_event) or inspect.iscoroutinefunction(
+            getattr(type(on_event), "__call__", None)  # noqa: B004 - an object with async __call__
+        ):
             raise TypeError(
                 f"on_event must be a plain (sync) callable, it is called inline; "
                 f"got the async function {preview(on_event)}"

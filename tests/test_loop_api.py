@@ -8,6 +8,7 @@ import pytest
 
 import agentloop
 from agentloop import (
+    EventCollector,
     Loop,
     LoopConfig,
     RunResult,
@@ -124,6 +125,17 @@ class TestLoopArguments:
             Loop(model=model, on_event=noop)  # type: ignore[arg-type]
         with pytest.raises(TypeError, match=r"^compactor must have an async compact"):
             Loop(model=model, compactor=object())  # type: ignore[arg-type]
+
+    def test_refuses_an_object_with_async_call(self) -> None:
+        """An on_event object whose __call__ is async is refused (its events would be lost)."""
+
+        class AsyncHandler:
+            async def __call__(self, event: object) -> None:
+                pass
+
+        with pytest.raises(TypeError, match=r"^on_event must be a plain \(sync\) callable"):
+            Loop(model=ScriptedModel([]), on_event=AsyncHandler())  # type: ignore[arg-type]
+        Loop(model=ScriptedModel([]), on_event=EventCollector())  # a sync __call__ is fine
 
     def test_exposes_config(self) -> None:
         """loop.config is the config it was given."""
