@@ -127,7 +127,14 @@ def _json_schema(hint: object, where: str) -> dict[str, Any]:
 
 
 def _check_value(value: object, hint: object, name: str) -> None:
-    """Refuse an argument whose JSON type does not match a scalar annotation."""
+    """Refuse an argument whose JSON type does not match its annotation (``X | None`` too)."""
+    or_null = ""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        if value is None:
+            return
+        # _json_schema admits only X | None, so the one other member is X
+        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+        or_null = " or null"
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return
     expected = hint if isinstance(hint, type) else typing.get_origin(hint)
@@ -135,7 +142,7 @@ def _check_value(value: object, hint: object, name: str) -> None:
         not isinstance(value, expected) or (expected is int and isinstance(value, bool))
     ):
         kind = _SCALARS.get(expected, getattr(expected, "__name__", str(expected)))
-        raise TypeError(f"argument {name!r} must be {kind}, got {value!r}")
+        raise TypeError(f"argument {name!r} must be {kind}{or_null}, got {value!r}")
 
 
 def _build(fn: Callable[..., Awaitable[str]], name: str | None, description: str | None) -> Tool:
@@ -213,8 +220,9 @@ def tool(
     schema (required unless it has a default); a parameter annotated
     :class:`ToolContext` receives the context instead. The name defaults to the
     function's, the description to the first paragraph of its docstring. The
-    built tool refuses unknown or missing arguments and scalar arguments of the
-    wrong JSON type (as ``TypeError``, which the loop reports to the model).
+    built tool refuses unknown or missing arguments and arguments of the wrong
+    JSON type, checked against ``X`` for an ``X | None`` parameter unless the
+    argument is null (as ``TypeError``, which the loop reports to the model).
 
     Raises:
         TypeError: ``fn`` is not async, or a parameter is unannotated, variadic

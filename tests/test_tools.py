@@ -133,6 +133,21 @@ class TestDecorator:
         with pytest.raises(TypeError, match=r"^argument 'flag' must be boolean"):
             await f.fn({"n": 1, "flag": "yes"}, ctx)
 
+    async def test_checks_optional_arguments(self) -> None:
+        """An X | None argument accepts null or an X, and nothing else."""
+
+        @tool
+        async def f(n: int | None = None, x: float | None = None) -> str:
+            return f"{n!r} {x!r}"
+
+        ctx = ToolContext("s")
+        assert await f.fn({"n": None, "x": 2}, ctx) == "None 2"
+        assert await f.fn({"n": 3}, ctx) == "3 None"
+        with pytest.raises(TypeError, match=r"^argument 'n' must be integer or null, got 'abc'$"):
+            await f.fn({"n": "abc"}, ctx)
+        with pytest.raises(TypeError, match=r"^argument 'n' must be integer or null, got True$"):
+            await f.fn({"n": True}, ctx)
+
     def test_refuses_unsupported_functions(self) -> None:
         """Sync functions, unannotated or unsupported parameters are refused at decoration."""
 
