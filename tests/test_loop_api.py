@@ -78,6 +78,17 @@ class TestLoopConfig:
             ({"run_timeout": 0}, ValueError, r"^run_timeout must be > 0 seconds"),
             ({"run_timeout": float("nan")}, ValueError, r"^run_timeout must be > 0 seconds"),
             ({"finalize_timeout": "5"}, TypeError, r"^finalize_timeout must be a number"),
+            (
+                {"finalize_timeout": float("inf")},
+                ValueError,
+                r"^finalize_timeout must be > 0 seconds and finite, got inf$",
+            ),
+            (
+                {"run_timeout": float("inf")},
+                ValueError,
+                r"^run_timeout must be > 0 seconds and finite \(None for no limit\), got inf$",
+            ),
+            ({"run_timeout": -float("inf")}, ValueError, r"^run_timeout must be > 0 seconds"),
             ({"model": 3}, TypeError, r"^model must be a str"),
         ],
     )
