@@ -166,7 +166,7 @@ class ToolSpec:
     )
 
 
-def _optional_json(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+def _optional_text(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is not None:
         check_text(value, attribute.name)
 
@@ -175,14 +175,18 @@ def _optional_json(_: object, attribute: attrs.Attribute[Any], value: object) ->
 class ModelRequest:
     """Everything one model call sees: model name, system prompt, messages, tools, data.
 
-    ``data`` is the session's working memory as JSON text (``None`` when it has none).
+    ``data`` is the session's working memory as JSON text (``None`` when it has
+    none, or when the stored data could not be read). It is checked to be text
+    but not parsed again: the loop passes what it loaded or just validated, and
+    re-parsing the whole working memory on every model call would cost more
+    than the rest of the request.
     """
 
     model: str = attrs.field(validator=_text)
     system_prompt: str = attrs.field(validator=_text)
     messages: tuple[Message, ...] = attrs.field(converter=_to_tuple, validator=_tuple_of(Message))
     tools: tuple[ToolSpec, ...] = attrs.field(converter=_to_tuple, validator=_tuple_of(ToolSpec))
-    data: str | None = attrs.field(validator=_optional_json)
+    data: str | None = attrs.field(validator=_optional_text)
 
 
 @attrs.frozen
