@@ -38,6 +38,11 @@ class Loop:
     fails the run like any other. ``compactor``, when given, runs once per run
     on the rehydrated history.
 
+    Replay reads only ``last_n(history_window)``: a compaction summary is
+    replayed while its ``summary`` step is within the window, and is gone from
+    the model's view once more than ``history_window`` steps follow it (see
+    ``docs/decisions.md``). Keep the window well above what one run appends.
+
     A ``Loop`` belongs to one trio run at a time (it holds trio locks).
 
     Raises:

@@ -347,6 +347,10 @@ class Run:
         if not compaction.summary:
             return
         kept = compaction.retained_from
+        if kept == 0 and self._messages and self._messages[0].role == "system":
+            # Only replay makes system messages: this is the earlier summary. The new
+            # one supersedes it, as replay will show, so it is never kept verbatim.
+            kept = 1
         # The first kept message's step, or (all summarized) the step after the summary's.
         retain = self._sources[kept] if kept < len(self._sources) else self._next_index + 1
         await self._append(
@@ -357,8 +361,11 @@ class Run:
             completion_tokens=compaction.completion_tokens,
         )
         summary = Message(role="system", content=compaction.summary)
-        self._messages = [summary, *self._messages[kept:]]
-        self._sources = [retain, *self._sources[kept:]]
+        start = kept
+        while start < len(self._messages) and self._messages[start].role == "tool":
+            start += 1  # results of a call that was summarized away: replay drops them too
+        self._messages = [summary, *self._messages[start:]]
+        self._sources = [retain, *self._sources[start:]]
         self._emit(
             Compacted(
                 self._sid,
