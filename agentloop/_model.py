@@ -149,6 +149,27 @@ class Message:
     tool_call_id: str | None = attrs.field(default=None, validator=_optional_name)
 
 
+def trusted_message(
+    role: str,
+    content: str,
+    tool_calls: tuple[ToolCall, ...] = (),
+    tool_call_id: str | None = None,
+) -> Message:
+    """A :class:`Message` built without running its validators again.
+
+    For replay only, whose values were checked already (``RunStep`` fields,
+    ``ToolCall`` values, the loop's own constants): re-validating every message
+    of the window on every run was a large share of the loop's cost. Like
+    ``Session.with_data``, it sets the frozen slots directly.
+    """
+    message = object.__new__(Message)
+    object.__setattr__(message, "role", role)
+    object.__setattr__(message, "content", content)
+    object.__setattr__(message, "tool_calls", tool_calls)
+    object.__setattr__(message, "tool_call_id", tool_call_id)
+    return message
+
+
 @attrs.frozen
 class ToolSpec:
     """What the model is told about one tool: its name, purpose and JSON schema of arguments.
