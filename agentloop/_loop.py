@@ -165,12 +165,20 @@ class Loop:
 
         ``run_timeout`` covers the whole run, ``get`` included; when it expires
         before the history was loaded, no step is written (the next index is
-        unknown), only ``finalize(timeout)``.
+        unknown), only ``finalize(timeout)``. Recording the timeout (``error``
+        step, then ``finalize``) gets one ``finalize_timeout``; past it, a
+        ``StoreError`` naming the operation that hung is raised (``__cause__``:
+        ``trio.TooSlowError``) and nothing more is tried.
+
+        Session data the loop cannot read back (a buggy store) is a
+        ``LoopWarning``: the run starts with empty working memory and leaves
+        the stored text alone until a tool writes.
 
         **Cancellation**: the run stops, records ``finalize(cancelled)`` in a
         shielded scope bounded by ``finalize_timeout``, then ``Cancelled``
-        propagates. Steps appended before the cancellation stay. A run cancelled
-        while it waits for its session lock has not started and records nothing.
+        propagates; a finalize abandoned at that bound is a ``LoopWarning``.
+        Steps appended before the cancellation stay. A run cancelled while it
+        waits for its session lock has not started and records nothing.
         """
         validate_session_id(session_id)
         check_text(message, "message")
