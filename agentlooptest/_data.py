@@ -202,3 +202,15 @@ def indices(steps: object) -> str:
 
 
 OTHER_TZ = timezone(timedelta(hours=-7, minutes=-30))
+
+
+def mismatch(want: list[RunStep], got: object) -> str:
+    """What came back, and where it first differs from ``want``, field by field."""
+    shown = describe(got)
+    if not isinstance(got, list):
+        return shown
+    for i, (a, b) in enumerate(zip(want, got, strict=False)):
+        diffs = step_diff(a, b)
+        if diffs:
+            return f"{shown}; step [{i}] differs: {'; '.join(diffs)}"
+    return shown

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from agentloop import FinalizeSummary, RunStatus, Session, StoreClosedError
+from agentloop import FinalizeSummary, RunStatus, Session, StepStore, StoreClosedError
 from agentlooptest._cancel import Points, cancel_at, still_usable
 from agentlooptest._clause import Violation, clause, expect
-from agentlooptest._data import json_equal
+from agentlooptest._data import json_equal, step
 from agentlooptest._sessions_core import DONE, expect_data, expect_exists
-from agentlooptest._stores import open_sessions
+from agentlooptest._stores import Steps, open_sessions
 
 if TYPE_CHECKING:
     from agentlooptest._harness import Harness
@@ -133,28 +133,30 @@ async def _first_writes(h: Harness) -> None:
 async def _cancel_write(
     h: Harness,
     what: str,
+    on: str,
     setup: Callable[[Any, str], Awaitable[None]],
     write: Callable[[Any, str], Awaitable[None]],
-    state: Callable[[Any, str], Awaitable[object]],
 ) -> None:
-    """Cancel ``write`` at each checkpoint; ``state`` must then be the before or after state."""
+    """Cancel ``write`` at each checkpoint; the session must then be wholly before or after."""
     async with open_sessions(h) as store:
-        ref = f"{what}-reference"
+        prefix = f"{what.partition('(')[0]}-{setup.__name__.strip('_')}"
+        ref = f"{prefix}-reference"
         await setup(store, ref)
-        before = await state(store, ref)
+        before = await session_state(store, ref)
         await write(store, ref)
-        after = await state(store, ref)
+        after = await session_state(store, ref)
         points = Points()
         for point in points:
-            sid = f"{what}-{point}"
+            sid = f"{prefix}-{point}"
             await setup(store, sid)
             done = await cancel_at(partial(write, store, sid), point)
             points.finished(done)
-            got = await still_usable(f"reading {sid!r} back", partial(state, store, sid))
+            got = await still_usable(f"reading {sid!r} back", partial(session_state, store, sid))
             allowed = [after] if done else [before, after]
             expect(
                 got in allowed,
-                did=f"{what} on {sid!r}, cancelled after {point} checkpoint(s), then read it back",
+                did=f"{what} on {on} {sid!r}, cancelled after {point} checkpoint(s), "
+                "then read the session back",
                 expected=" or ".join(repr(a) for a in allowed) + " (whole)",
                 got=got,
             )
@@ -169,16 +171,20 @@ async def _cancel_write(
             )
 
 
-async def _session_state(store: Any, sid: str) -> object:
+async def session_state(store: Any, sid: str) -> dict[str, object]:
     """Everything the base protocol (and the capabilities present) shows of a session."""
     got: Session = await store.get(sid)
-    data = None if got.data is None else json.loads(got.data)
-    state: list[object] = [await store.exists(sid), got.model, got.system_prompt, data]
+    state: dict[str, object] = {
+        "exists": await store.exists(sid),
+        "model": got.model,
+        "system_prompt": got.system_prompt,
+        "data": None if got.data is None else json.loads(got.data),
+    }
     if hasattr(store, "final"):
-        state.append(await store.final(sid))
+        state["final"] = await store.final(sid)
     if hasattr(store, "list_sessions"):
         info = [i for i in await store.list_sessions(limit=1000) if i.id == sid]
-        state.append([(i.status, i.step_count) for i in info])
+        state["listed"] = [(i.status, i.step_count) for i in info]
     return state
 
 
@@ -206,32 +212,37 @@ async def _cancel_writes(h: Harness) -> None:
         if hasattr(store, "put"):
             await store.put(Session(sid, "model-x", "prompt-x", '{"put": true}'))
 
-    async def nothing(store: Any, sid: str) -> None:
+    async def new(store: Any, sid: str) -> None:
         pass
 
-    for setup in (nothing, _seed):
-        await _cancel_write(h, f"update_data-{setup.__name__}", setup, update, _session_state)
-        await _cancel_write(h, f"finalize-{setup.__name__}", setup, finalize, _session_state)
-        await _cancel_write(h, f"put-{setup.__name__}", setup, put, _session_state)
+    for setup, on in ((new, "the new session"), (_seed, "the written session")):
+        await _cancel_write(h, "update_data(<id>, '{\"after\": [1, 2, 3]}')", on, setup, update)
+        await _cancel_write(h, "finalize(<id>, <completed summary>)", on, setup, finalize)
+        await _cancel_write(h, "put(Session(<id>, 'model-x', ...))", on, setup, put)
 
 
 @clause(
     "session.cancel.reads",
-    "get and exists cancelled at each checkpoint leave the store unchanged and usable",
+    "get, exists, final and list_sessions cancelled at each checkpoint leave the store usable",
     why="a read that leaks a lock or connection when cancelled wedges every later run",
 )
 async def _cancel_reads(h: Harness) -> None:
     async with open_sessions(h) as store:
         await _seed(store, "r")
-        want = await _session_state(store, "r")
-        for what, read in (
+        want = await session_state(store, "r")
+        reads: list[tuple[str, Callable[[], Awaitable[object]]]] = [
             ("get('r')", partial(store.get, "r")),
             ("exists('r')", partial(store.exists, "r")),
-        ):
+        ]
+        if hasattr(store, "final"):
+            reads.append(("final('r')", partial(store.final, "r")))
+        if hasattr(store, "list_sessions"):
+            reads.append(("list_sessions()", partial(store.list_sessions, limit=10)))
+        for what, read in reads:
             points = Points()
             for point in points:
                 points.finished(await cancel_at(read, point))
-                got = await still_usable("reading 'r' back", partial(_session_state, store, "r"))
+                got = await still_usable("reading 'r' back", partial(session_state, store, "r"))
                 expect(
                     got == want,
                     did=f"cancelled {what} after {point} checkpoint(s), then read",
@@ -294,3 +305,47 @@ async def _closed(h: Harness) -> None:
                 "no error (aclose is idempotent)",
                 f"{type(exc).__name__}: {exc}",
             ) from None
+
+
+@clause(
+    "session.cancel.delete",
+    "delete_session cancelled at each checkpoint: the session is wholly there or wholly gone",
+    capability="delete_session",
+    why=(
+        "an erasure cut short must not leave a session half deleted: data gone but the "
+        "summary listed (or steps left behind) is state no later call can explain"
+    ),
+)
+async def _cancel_delete(h: Harness) -> None:
+    async with open_sessions(h) as store:
+        steps = Steps(h, store) if isinstance(store, StepStore) else None
+
+        async def state(sid: str) -> object:
+            seen = await session_state(store, sid)
+            if steps is not None:
+                seen["steps"] = [s.content for s in await steps.last_n(sid, 10)]
+            return seen
+
+        async def seed(sid: str) -> None:
+            if steps is not None:
+                await steps.append_all([step(sid, k, content=f"seeded #{k}") for k in range(2)])
+            await _seed(store, sid)
+
+        await seed("reference")
+        before = await state("reference")
+        await store.delete_session("reference")
+        after = await state("reference")
+        points = Points()
+        for point in points:
+            sid = f"delete-{point}"
+            await seed(sid)
+            done = await cancel_at(partial(store.delete_session, sid), point)
+            points.finished(done)
+            got = await still_usable(f"reading {sid!r} back", partial(state, sid))
+            allowed = [after] if done else [before, after]
+            expect(
+                got in allowed,
+                did=f"delete_session({sid!r}), cancelled after {point} checkpoint(s), then read",
+                expected=" or ".join(repr(a) for a in allowed) + " (whole)",
+                got=got,
+            )

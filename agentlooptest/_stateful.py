@@ -28,7 +28,7 @@ from hypothesis.stateful import (
 
 from agentloop import FinalizeSummary, RunStatus, RunStep, Session, StepType
 from agentlooptest._clause import Violation, clause
-from agentlooptest._data import T0, describe, json_equal, same_steps
+from agentlooptest._data import T0, describe, json_equal, mismatch, same_steps
 from agentlooptest._stores import Steps, aclose_quietly
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ SETTINGS = settings(
 """Modest and reproducible: the machine runs once per certified store, in CI too."""
 
 IDS = st.sampled_from(["a", "b", "A", "a b", "é"])
+STEP_IDS = st.sampled_from(["a", "A", "a b"])
 TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12)
 DOCS = st.one_of(
     st.none(),
@@ -83,35 +84,42 @@ class StepMachine(RuleBasedStateMachine):
         """Close the example's store."""
         _call(aclose_quietly, self.steps.store)
 
-    @rule(sid=IDS, kind=st.sampled_from(StepType), content=TEXT, index=st.integers(0, 3))
+    @rule(sid=STEP_IDS, kind=st.sampled_from(StepType), content=TEXT, index=st.integers(0, 3))
     def append(self, sid: str, kind: StepType, content: str, index: int) -> None:
         """Append a step; indices repeat on purpose."""
         self.counter += 1
-        s = RunStep(sid, index, kind, content, json.dumps({"n": self.counter}), created_at=T0)
+        text = f"#{self.counter} {content}"
+        s = RunStep(sid, index, kind, text, json.dumps({"n": self.counter}), created_at=T0)
         _call(self.steps.append, s)
         self.model.setdefault(sid, []).append(s)
 
-    @rule(sid=IDS, n=st.integers(1, 12))
+    @rule(sid=STEP_IDS, count=st.integers(2, 6))
+    def append_run(self, sid: str, count: int) -> None:
+        """Append several steps one after another, as one run of the loop does."""
+        for k in range(count):
+            self.append(sid, StepType.tool_result, f"run step {k}", k)
+
+    @rule(sid=STEP_IDS, n=st.integers(1, 10))
     def last_n(self, sid: str, n: int) -> None:
         """The store's window equals the model's."""
         got = _call(self.steps.last_n, sid, n)
         want = self.model.get(sid, [])[-n:]
         assert same_steps(want, got), (
-            f"last_n({sid!r}, {n}) returned {describe(got)}; the model says {describe(want)}"
+            f"last_n({sid!r}, {n}) returned {mismatch(want, got)}; the model says {describe(want)}"
         )
 
     @precondition(lambda self: hasattr(self.steps.store, "all"))
-    @rule(sid=IDS)
+    @rule(sid=STEP_IDS)
     def all(self, sid: str) -> None:
         """The whole trace equals the model's."""
         got = _call(self.steps.store.all, sid)
         want = self.model.get(sid, [])
         assert same_steps(want, got), (
-            f"all({sid!r}) returned {describe(got)}; model {describe(want)}"
+            f"all({sid!r}) returned {mismatch(want, got)}; model {describe(want)}"
         )
 
     @precondition(lambda self: hasattr(self.steps.store, "delete_session"))
-    @rule(sid=IDS)
+    @rule(sid=STEP_IDS)
     def delete_session(self, sid: str) -> None:
         """Deleting answers whether steps existed and empties the session."""
         got = _call(self.steps.store.delete_session, sid)

@@ -11,7 +11,7 @@ import trio
 from agentloop import RunStep, StoreClosedError
 from agentlooptest._cancel import Points, cancel_at, still_usable
 from agentlooptest._clause import Violation, clause, expect
-from agentlooptest._data import describe, same_steps, step
+from agentlooptest._data import describe, mismatch, same_steps, step
 from agentlooptest._stores import Steps, open_steps
 
 if TYPE_CHECKING:
@@ -160,14 +160,14 @@ async def _cancel_append(h: Harness) -> None:
                     same_steps([*before, new], got),
                     did=did + " (the append returned)",
                     expected=describe([*before, new]),
-                    got=describe(got),
+                    got=mismatch([*before, new], got),
                 )
             else:
                 expect(
                     same_steps(before, got) or same_steps([*before, new], got),
                     did=did,
                     expected=f"either {describe(before)} or {describe([*before, new])}, whole",
-                    got=describe(got),
+                    got=mismatch([*before, new], got),
                 )
             await _after_cancel(s, sid, got, step(sid, 2, content="after the cancel"))
 
@@ -203,6 +203,35 @@ async def _cancel_reads(h: Harness) -> None:
         if hasattr(s.store, "all"):
             await _cancel_read(s, "all('r')", lambda: s.store.all("r"), sent)
         await _after_cancel(s, "r", sent, step("r", 9))
+
+
+@clause(
+    "step.cancel.delete",
+    "delete_session cancelled at each checkpoint: the steps are all there or all gone",
+    capability="delete_session",
+    why=(
+        "an erasure cut short must not leave a trace with holes: a half-deleted history "
+        "replays as a conversation that never happened"
+    ),
+)
+async def _cancel_delete(h: Harness) -> None:
+    async with open_steps(h) as s:
+        points = Points()
+        for point in points:
+            sid = f"cancel-delete-{point}"
+            sent = [step(sid, k) for k in range(5)]
+            await s.append_all(sent)
+            done = await cancel_at(partial(s.store.delete_session, sid), point)
+            points.finished(done)
+            got = await still_usable(f"last_n({sid!r}, 10)", partial(s.last_n, sid, 10))
+            expect(
+                got == [] if done else (got == [] or same_steps(sent, got)),
+                did=f"delete_session({sid!r}) on 5 steps, cancelled after {point} checkpoint(s), "
+                "then last_n",
+                expected="[]" if done else f"[] or all of {describe(sent)}",
+                got=describe(got),
+            )
+            await _after_cancel(s, sid, got, step(sid, 9, content="after the cancel"))
 
 
 async def _expect_closed(what: str, call: Callable[[], Awaitable[object]]) -> None:

@@ -232,8 +232,10 @@ class GoodBoth(GoodSessions):
         return await self.trace.all(session_id)
 
     async def delete_session(self, session_id: str) -> bool:
-        """Forget the session: steps, data and summary."""
-        self.trace.closed = self.closed
-        had_steps = await self.trace.delete_session(session_id)
-        had_session = await super().delete_session(session_id)
+        """Forget the session: steps, data and summary, in one step."""
+        validate_session_id(session_id)
+        await self.enter()
+        had_steps = self.trace.steps.pop(session_id, None) is not None
+        had_session = self.records.pop(self.key(session_id), None) is not None
+        await self.leave()
         return had_steps or had_session

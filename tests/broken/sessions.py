@@ -329,6 +329,7 @@ class DeleteLeavesSteps(GoodBoth):
     """One object for both protocols whose delete_session forgets the session but not its steps."""
 
     async def delete_session(self, session_id: str) -> bool:
+        self.trace.closed = self.closed
         return await GoodSessions.delete_session(self, session_id)
 
 
@@ -340,3 +341,15 @@ class FinalizeTrustsInput(GoodSessions):
         record = self.records.setdefault(session_id, _Record(Session("placeholder"), 0))
         record.final = summary
         await self.leave()
+
+
+class PartialDelete(GoodSessions):
+    """delete_session clears the data, yields, then drops the rest."""
+
+    async def delete_session(self, session_id: str) -> bool:
+        record = self.records.get(session_id)
+        if record is not None:
+            await self.enter()
+            record.session = Session(session_id)
+            await trio.lowlevel.checkpoint()
+        return await super().delete_session(session_id)

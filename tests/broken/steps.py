@@ -295,3 +295,18 @@ class WindowMath(GoodSteps):
         if len(steps) - n == 3:
             return steps[-n - 1 : -1]
         return steps[-n:]
+
+
+class PartialDelete(GoodSteps):
+    """delete_session removes steps one at a time, yielding in between."""
+
+    async def delete_session(self, session_id: str) -> bool:
+        await self.enter()
+        steps = self.steps.get(session_id)
+        if not steps:
+            return False
+        while steps:
+            steps.pop()
+            await trio.lowlevel.checkpoint()
+        del self.steps[session_id]
+        return True
