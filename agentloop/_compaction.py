@@ -42,13 +42,21 @@ class Compaction:
 
 @runtime_checkable
 class Compactor(Protocol):
-    """Summarizes older history; the loop calls it once per run, after the ``user`` step."""
+    """Summarizes older history; the loop calls it once per run, after the ``user`` step.
+
+    The summary is stored as a ``summary`` step and replayed first by later
+    runs, but only while that step is within the last ``history_window``
+    steps: rehydration reads nothing older. Once more steps follow it, later
+    runs see un-summarized history again, so a compactor should expect to be
+    handed history without a leading summary and summarize it anew.
+    """
 
     async def compact(self, messages: Sequence[Message]) -> Compaction:
         """Summarize a prefix of ``messages`` (the rehydrated history plus the new user message).
 
         When the history starts with an earlier summary (a ``system`` message),
-        a new summary supersedes it: fold it in. An exception, or a
+        a new summary supersedes it: fold it in (with ``retained_from=0`` too,
+        the earlier summary is dropped). An exception, or a
         ``retained_from`` outside ``[0, len(messages)]``, is reported as a
         :class:`LoopWarning` and the run goes on uncompacted.
         """

@@ -28,16 +28,21 @@ def _count(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     check_int(value, attribute.name)
 
 
-def _seconds(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+def _check_seconds(value: object, field: str, hint: str = "") -> None:
     if not isinstance(value, int | float) or isinstance(value, bool):
-        raise TypeError(f"{attribute.name} must be a number of seconds, got {preview(value)}")
-    if math.isnan(value) or value <= 0:
-        raise ValueError(f"{attribute.name} must be > 0 seconds, got {value!r}")
+        raise TypeError(f"{field} must be a number of seconds, got {preview(value)}")
+    # inf is refused too: an unbounded deadline must be asked for, not typed by accident
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{field} must be > 0 seconds and finite{hint}, got {value!r}")
 
 
-def _optional_seconds(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+def _seconds(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    _check_seconds(value, attribute.name)
+
+
+def _optional_seconds(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is not None:
-        _seconds(inst, attribute, value)
+        _check_seconds(value, attribute.name, " (None for no limit)")
 
 
 @attrs.frozen
@@ -50,13 +55,13 @@ class LoopConfig:
     - ``token_budget``: prompt + completion tokens per run (compaction included);
       once reached, no further model call is made (``budget_exhausted``).
     - ``run_timeout``: seconds per run, from the moment it holds its session
-      lock; when it expires the run stops with ``timeout``.
-    - ``finalize_timeout``: seconds allowed to record a run that was cancelled
-      or timed out.
+      lock; when it expires the run stops with ``timeout``. ``None``: no limit.
+    - ``finalize_timeout``: seconds allowed to record a run that was cancelled,
+      timed out or failed (the shielded ``finalize`` must always be bounded).
 
     Raises:
         TypeError: a field has the wrong type (``bool`` is not a number here).
-        ValueError: a count < 1 or a duration <= 0 or NaN.
+        ValueError: a count < 1, or a duration <= 0, NaN or infinite.
     """
 
     model: str = attrs.field(default="", validator=_text)

@@ -41,7 +41,12 @@ class Compacted:
 
 @attrs.frozen
 class LoopWarning:
-    """Something went wrong that did not fail the run (e.g. a compaction error)."""
+    """Something went wrong that the run survived or that its own exception would hide.
+
+    E.g. a compaction error, session data that cannot be loaded, or a
+    ``finalize`` that failed or was abandoned at ``finalize_timeout`` while the
+    run was already ending with an exception or a cancellation.
+    """
 
     session_id: str
     message: str

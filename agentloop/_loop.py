@@ -38,6 +38,11 @@ class Loop:
     fails the run like any other. ``compactor``, when given, runs once per run
     on the rehydrated history.
 
+    Replay reads only ``last_n(history_window)``: a compaction summary is
+    replayed while its ``summary`` step is within the window, and is gone from
+    the model's view once more than ``history_window`` steps follow it (see
+    ``docs/decisions.md``). Keep the window well above what one run appends.
+
     A ``Loop`` belongs to one trio run at a time (it holds trio locks).
 
     Raises:
@@ -73,7 +78,9 @@ class Loop:
             raise TypeError(f"config must be a LoopConfig, got {preview(config)}")
         if on_event is not None and not callable(on_event):
             raise TypeError(f"on_event must be a callable or None, got {preview(on_event)}")
-        if inspect.iscoroutinefunction(on_event):
+        if inspect.iscoroutinefunction(on_event) or inspect.iscoroutinefunction(
+            getattr(type(on_event), "__call__", None)  # noqa: B004 - an object with async __call__
+        ):
             raise TypeError(
                 f"on_event must be a plain (sync) callable, it is called inline; "
                 f"got the async function {preview(on_event)}"
@@ -158,12 +165,20 @@ class Loop:
 
         ``run_timeout`` covers the whole run, ``get`` included; when it expires
         before the history was loaded, no step is written (the next index is
-        unknown), only ``finalize(timeout)``.
+        unknown), only ``finalize(timeout)``. Recording the timeout (``error``
+        step, then ``finalize``) gets one ``finalize_timeout``; past it, a
+        ``StoreError`` naming the operation that hung is raised (``__cause__``:
+        ``trio.TooSlowError``) and nothing more is tried.
+
+        Session data the loop cannot read back (a buggy store) is a
+        ``LoopWarning``: the run starts with empty working memory and leaves
+        the stored text alone until a tool writes.
 
         **Cancellation**: the run stops, records ``finalize(cancelled)`` in a
         shielded scope bounded by ``finalize_timeout``, then ``Cancelled``
-        propagates. Steps appended before the cancellation stay. A run cancelled
-        while it waits for its session lock has not started and records nothing.
+        propagates; a finalize abandoned at that bound is a ``LoopWarning``.
+        Steps appended before the cancellation stay. A run cancelled while it
+        waits for its session lock has not started and records nothing.
         """
         validate_session_id(session_id)
         check_text(message, "message")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NoReturn, Protocol, runtime_checkable
 
 import attrs
 import trio
@@ -61,6 +62,62 @@ def _schema(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
         raise TypeError(f"{attribute.name} must be a dict (a JSON schema), got {preview(value)}")
 
 
+def _read_only(self: object, *args: Any, **kwargs: Any) -> NoReturn:
+    raise TypeError(
+        f"tool parameters are read-only (shared by every request); "
+        f"copy.deepcopy() them for a mutable copy, got a change to {preview(self)}"
+    )
+
+
+class _FrozenDict(dict[str, Any]):
+    """A ``dict`` that refuses changes, for a JSON schema shared by every request.
+
+    Still a ``dict`` (``isinstance``, ``json.dumps``, SDKs that want one all
+    work); copying (``copy``, ``copy.deepcopy``, ``pickle``) gives plain,
+    mutable containers.
+    """
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = __ior__ = _read_only
+    clear = pop = popitem = setdefault = update = _read_only
+
+    def __reduce__(self) -> tuple[type[dict[str, Any]], tuple[dict[str, Any]]]:
+        return dict, (dict(self),)
+
+
+class _FrozenList(list[Any]):
+    """A ``list`` that refuses changes; see :class:`_FrozenDict`."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _read_only
+    append = extend = insert = pop = remove = clear = sort = reverse = _read_only
+
+    def __reduce__(self) -> tuple[type[list[Any]], tuple[list[Any]]]:
+        return list, (list(self),)
+
+
+def _frozen(value: object) -> object:
+    if isinstance(value, _FrozenDict | _FrozenList):
+        return value  # built only here, so already frozen all the way down
+    if isinstance(value, dict):
+        return _FrozenDict((key, _frozen(item)) for key, item in value.items())
+    if isinstance(value, list | tuple):
+        return _FrozenList(_frozen(item) for item in value)
+    if value is None or isinstance(value, str | int | float):
+        return value
+    return copy.deepcopy(value)
+
+
+def frozen_schema(value: dict[str, Any]) -> dict[str, Any]:
+    """A deep, read-only copy of a JSON schema (a non-``dict`` is returned for the validator).
+
+    A tool's schema is handed to every model request; freezing it once means
+    no model or adapter can change a tool for the requests that follow, at no
+    per-request cost.
+    """
+    return _frozen(value) if isinstance(value, dict) else value  # type: ignore[return-value]
+
+
 @attrs.frozen
 class ToolCall:
     """One tool call requested by the model.
@@ -92,16 +149,45 @@ class Message:
     tool_call_id: str | None = attrs.field(default=None, validator=_optional_name)
 
 
+def trusted_message(
+    role: str,
+    content: str,
+    tool_calls: tuple[ToolCall, ...] = (),
+    tool_call_id: str | None = None,
+) -> Message:
+    """A :class:`Message` built without running its validators again.
+
+    For replay only, whose values were checked already (``RunStep`` fields,
+    ``ToolCall`` values, the loop's own constants): re-validating every message
+    of the window on every run was a large share of the loop's cost. Like
+    ``Session.with_data``, it sets the frozen slots directly.
+    """
+    message = object.__new__(Message)
+    object.__setattr__(message, "role", role)
+    object.__setattr__(message, "content", content)
+    object.__setattr__(message, "tool_calls", tool_calls)
+    object.__setattr__(message, "tool_call_id", tool_call_id)
+    return message
+
+
 @attrs.frozen
 class ToolSpec:
-    """What the model is told about one tool: its name, purpose and JSON schema of arguments."""
+    """What the model is told about one tool: its name, purpose and JSON schema of arguments.
+
+    ``parameters`` is a deep, read-only copy of the schema given: still a
+    ``dict`` (JSON-serializable as is), but any change raises ``TypeError``,
+    so a model cannot alter the tool for later requests. ``copy.deepcopy``
+    it for a mutable copy.
+    """
 
     name: str = attrs.field(validator=_name)
     description: str = attrs.field(validator=_text)
-    parameters: dict[str, Any] = attrs.field(validator=_schema, hash=False)
+    parameters: dict[str, Any] = attrs.field(
+        converter=frozen_schema, validator=_schema, hash=False
+    )
 
 
-def _optional_json(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+def _optional_text(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is not None:
         check_text(value, attribute.name)
 
@@ -110,14 +196,18 @@ def _optional_json(_: object, attribute: attrs.Attribute[Any], value: object) ->
 class ModelRequest:
     """Everything one model call sees: model name, system prompt, messages, tools, data.
 
-    ``data`` is the session's working memory as JSON text (``None`` when it has none).
+    ``data`` is the session's working memory as JSON text (``None`` when it has
+    none, or when the stored data could not be read). It is checked to be text
+    but not parsed again: the loop passes what it loaded or just validated, and
+    re-parsing the whole working memory on every model call would cost more
+    than the rest of the request.
     """
 
     model: str = attrs.field(validator=_text)
     system_prompt: str = attrs.field(validator=_text)
     messages: tuple[Message, ...] = attrs.field(converter=_to_tuple, validator=_tuple_of(Message))
     tools: tuple[ToolSpec, ...] = attrs.field(converter=_to_tuple, validator=_tuple_of(ToolSpec))
-    data: str | None = attrs.field(validator=_optional_json)
+    data: str | None = attrs.field(validator=_optional_text)
 
 
 @attrs.frozen

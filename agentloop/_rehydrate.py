@@ -18,11 +18,9 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-import attrs
-
-from agentloop._model import Message, ToolCall
+from agentloop._model import Message, ToolCall, trusted_message
 from agentloop._types import CompactionCheckpoint, RunStep, StepType
-from agentloop._validate import parse_json
+from agentloop._validate import has_lone_surrogate, parse_json
 
 
 def tool_call_fields(call: ToolCall, text: str = "") -> tuple[str, str]:
@@ -44,32 +42,42 @@ def tool_result_args(call: ToolCall) -> str:
     return json.dumps({"tool_call_id": call.id, "name": call.name}, ensure_ascii=False)
 
 
+def _name_or(value: object, fallback: str) -> str:
+    """``value`` if it is a valid id/name (non-empty text, no NUL or lone surrogate)."""
+    if isinstance(value, str) and value and "\x00" not in value and not has_lone_surrogate(value):
+        return value
+    return fallback
+
+
 def _decode_call(step: RunStep) -> tuple[ToolCall, str]:
-    """The recorded call and the reply text it carried; lenient with foreign formats."""
+    """The recorded call and the reply text it carried; lenient with foreign formats.
+
+    ``content`` may hold anything (a foreign writer, escapes decoding to NUL or
+    a lone surrogate): what cannot make a valid ``ToolCall`` or ``Message``
+    falls back, so a bad step can never make replay, and every run, fail.
+    """
     try:
         head = json.loads(step.content)
-    except ValueError:
+    except (ValueError, RecursionError):
         head = None
     if not isinstance(head, dict):
         head = {"name": step.content}
-    call_id = head.get("id")
-    name = head.get("name")
     raw = head.get("raw_args")
     text = head.get("text")
     return (
         ToolCall(
-            id=call_id if isinstance(call_id, str) and call_id else f"step-{step.step_index}",
-            name=name if isinstance(name, str) and name else "unknown",
-            args=raw if isinstance(raw, str) else step.tool_args,
+            id=_name_or(head.get("id"), f"step-{step.step_index}"),
+            name=_name_or(head.get("name"), "unknown"),
+            args=raw if isinstance(raw, str) and not has_lone_surrogate(raw) else step.tool_args,
         ),
-        text if isinstance(text, str) else "",
+        text if isinstance(text, str) and not has_lone_surrogate(text) else "",
     )
 
 
 def _decode_result_id(step: RunStep) -> str | None:
     try:
         meta = json.loads(step.tool_args)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     call_id = meta.get("tool_call_id") if isinstance(meta, dict) else None
     return call_id if isinstance(call_id, str) and call_id else None
@@ -109,26 +117,30 @@ def replay(steps: Sequence[RunStep]) -> tuple[list[Message], list[int]]:
     if found is not None:
         summary, checkpoint = found
         retain_from = checkpoint.retain_from_step
-        messages.append(Message(role="system", content=summary.content))
+        messages.append(trusted_message("system", summary.content))
         sources.append(retain_from)
-    # An assistant message with tool calls, then its results, each with its step index.
-    pending: list[tuple[Message, int]] = []
+    # The assistant message being gathered: its text, first step, calls and their results.
+    # Every value below was validated as a RunStep field or a ToolCall, hence trusted_message.
+    head_text = ""
+    head_index = 0
+    calls: list[ToolCall] = []
+    results: list[tuple[str, str | None, int]] = []  # content, tool_call_id, step index
 
     def flush() -> None:
-        if not pending:
+        if not calls:
             return
-        (head, head_index), results = pending[0], pending[1:]
-        answered = {result.tool_call_id for result, _ in results}
-        calls = tuple(call for call in head.tool_calls if call.id in answered)
-        if calls or head.content:
-            messages.append(attrs.evolve(head, tool_calls=calls))
+        answered = {call_id for _, call_id, _ in results}
+        kept = tuple(call for call in calls if call.id in answered)
+        if kept or head_text:
+            messages.append(trusted_message("assistant", head_text, kept))
             sources.append(head_index)
-            called = {call.id for call in calls}
-            for result, index in results:
-                if result.tool_call_id in called:
-                    messages.append(result)
+            called = {call.id for call in kept}
+            for content, call_id, index in results:
+                if call_id in called:
+                    messages.append(trusted_message("tool", content, (), call_id))
                     sources.append(index)
-        pending.clear()
+        calls.clear()
+        results.clear()
 
     previous: StepType | None = None
     for step in steps:
@@ -137,22 +149,17 @@ def replay(steps: Sequence[RunStep]) -> tuple[list[Message], list[int]]:
             continue
         if kind is StepType.tool_call:
             call, text = _decode_call(step)
-            if previous is StepType.tool_call and pending:
-                head, head_index = pending[0]
-                pending[0] = (attrs.evolve(head, tool_calls=(*head.tool_calls, call)), head_index)
-            else:
+            if previous is not StepType.tool_call or not calls:
                 flush()
-                head = Message(role="assistant", content=text, tool_calls=(call,))
-                pending.append((head, step.step_index))
+                head_text, head_index = text, step.step_index
+            calls.append(call)
         elif kind is StepType.tool_result:
-            if pending:
-                call_id = _decode_result_id(step)
-                result = Message(role="tool", content=step.content, tool_call_id=call_id)
-                pending.append((result, step.step_index))
+            if calls:
+                results.append((step.content, _decode_result_id(step), step.step_index))
         else:
             flush()
             role = "user" if kind is StepType.user else "assistant"
-            messages.append(Message(role=role, content=step.content))
+            messages.append(trusted_message(role, step.content))
             sources.append(step.step_index)
         previous = kind
     flush()

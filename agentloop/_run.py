@@ -26,7 +26,7 @@ from agentloop._model import Message, Model, ModelReply, ModelRequest, ToolCall,
 from agentloop._rehydrate import next_step_index, replay, tool_call_fields, tool_result_args
 from agentloop._tools import Tool, ToolContext
 from agentloop._types import CompactionCheckpoint, FinalizeSummary, RunStatus, RunStep, StepType
-from agentloop._validate import INT32_MAX, check_text, parse_json, preview, validate_json
+from agentloop._validate import INT32_MAX, check_text, parse_json, preview
 
 if TYPE_CHECKING:
     from agentloop._protocols import SessionStore, StepStore
@@ -35,17 +35,16 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-def _canonical(data: Any) -> str | None:
-    """The JSON text persisted for a working-memory value (``None`` stays ``None``).
+def _canonical(data: Any) -> str:
+    """The JSON text persisted for a working-memory value (JSON ``null`` for ``None``).
 
-    Only the encoding is checked here; ``validate_json`` runs when the text is
+    Only the encoding is checked here; ``parse_json`` runs when the text is
     about to be written, so a tool that leaves data unchanged costs one ``dumps``.
 
     Raises:
         TypeError, ValueError: ``data`` is not JSON-encodable.
+        RecursionError: ``data`` is nested too deeply to encode.
     """
-    if data is None:
-        return None
     return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
@@ -90,7 +89,8 @@ class Run:
         self._completion = 0
         self._next_index = 0
         self._snapshot: str | None = None  # the data as last stored (or loaded)
-        self._baseline: str | None = None  # canonical JSON of that data, to spot changes
+        self._shown: str | None = None  # the data the model is shown (None: unreadable)
+        self._baseline = "{}"  # canonical JSON of the working memory, to spot changes
         self._ctx = ToolContext(session_id)
         self._messages: list[Message] = []
         self._sources: list[int] = []  # the step index each message came from
@@ -98,6 +98,9 @@ class Run:
         self._get_failed = False
         self._loaded = False  # last_n returned: the next step index is known
         self._abort_status: RunStatus | None = None
+        self._finalize_tried: RunStatus | None = None  # the status of the last finalize tried
+        self._record_deadline: float | None = None  # the one bound of the timeout path
+        self._gave_up = False  # the timeout path ran out of its bound: record nothing more
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -153,6 +156,7 @@ class Run:
 
     async def _finish(self, status: RunStatus, text: str) -> RunResult:
         summary = self._summary(status)
+        self._finalize_tried = status
         await self._store("finalize", self._sessions.finalize, self._sid, summary)
         self._finalized = True
         self._emit(Finalized(self._sid, summary))
@@ -166,23 +170,70 @@ class Run:
         )
 
     async def _abort(self, exc: BaseException) -> None:
-        """Best-effort, shielded and bounded ``finalize`` for a run that is raising ``exc``."""
+        """Best-effort, shielded and bounded ``finalize`` for a run that is raising ``exc``.
+
+        The bound is ``finalize_timeout`` from now, or what is left of the bound
+        the timeout path already started (a run is never recorded for longer
+        than one ``finalize_timeout``). A finalize abandoned at the bound, or
+        one that fails, is reported as a ``LoopWarning``: ``exc`` still wins.
+        """
         cancelled = (
             isinstance(exc, trio.Cancelled) or trio.current_effective_deadline() == -math.inf
         )
         status = RunStatus.cancelled if cancelled else (self._abort_status or RunStatus.error)
-        if self._finalized:
-            return
-        with trio.CancelScope(shield=True), trio.move_on_after(self._config.finalize_timeout):
+        if self._finalized or self._gave_up or status is self._finalize_tried:
+            return  # recorded, out of time, or this very finalize was tried: no second attempt
+        bound = self._record_deadline
+        if bound is None:
+            bound = trio.current_time() + self._config.finalize_timeout
+        with trio.CancelScope(shield=True), trio.move_on_at(bound) as scope:
             try:
                 summary = self._summary(status)
+                self._finalize_tried = status
                 await self._sessions.finalize(self._sid, summary)
                 self._finalized = True
                 self._emit(Finalized(self._sid, summary))
             except Exception as failure:
                 # The exception already propagating matters more than this one.
-                with contextlib.suppress(Exception):
-                    self._emit(LoopWarning(self._sid, f"finalize({status}) failed: {failure!r}"))
+                self._warn(f"finalize({status}) failed: {failure!r}")
+        if scope.cancelled_caught:
+            self._warn(
+                f"finalize({status}) abandoned after {self._config.finalize_timeout}s "
+                f"(finalize_timeout)"
+            )
+
+    def _warn(self, message: str) -> None:
+        """Emit a ``LoopWarning`` from a failure path, where ``on_event`` may not raise."""
+        with contextlib.suppress(Exception):
+            self._emit(LoopWarning(self._sid, message))
+
+    async def _record_timeout(self) -> RunResult:
+        """Append the ``error`` step and ``finalize(timeout)`` within one ``finalize_timeout``.
+
+        Raises:
+            StoreError: the bound expired; the message names the operation that
+                was running and the session, ``__cause__`` is ``trio.TooSlowError``.
+                No second attempt is made.
+        """
+        self._abort_status = RunStatus.timeout
+        self._record_deadline = trio.current_time() + self._config.finalize_timeout
+        operation = "finalize"
+        try:
+            with trio.fail_at(self._record_deadline):
+                if self._loaded:  # else the next step index is unknown: record no step
+                    operation = "append"
+                    await self._append(
+                        StepType.error, f"run_timeout expired after {self._config.run_timeout}s"
+                    )
+                    operation = "finalize"
+                return await self._finish(RunStatus.timeout, "")
+        except trio.TooSlowError as exc:
+            self._gave_up = True
+            raise StoreError(
+                f"{operation} failed for session {self._sid!r}: recording the run_timeout "
+                f"did not finish within finalize_timeout ({self._config.finalize_timeout}s); "
+                f"the run is not finalized"
+            ) from exc
 
     # -- the run --------------------------------------------------------------------------
 
@@ -197,17 +248,7 @@ class Run:
                 status, text = await self._body()
             if not scope.cancelled_caught:
                 return await self._finish(status, text)
-            self._abort_status = RunStatus.timeout
-            with trio.move_on_after(self._config.finalize_timeout):
-                if self._loaded:  # else the next step index is unknown: record no step
-                    await self._append(
-                        StepType.error, f"run_timeout expired after {self._config.run_timeout}s"
-                    )
-                return await self._finish(RunStatus.timeout, "")
-            raise StoreError(
-                f"recording the timeout of session {self._sid!r} did not finish "
-                f"within finalize_timeout ({self._config.finalize_timeout}s)"
-            )
+            return await self._record_timeout()
         except BaseException as exc:
             if not self._get_failed:  # a failed get writes nothing, finalize included
                 await self._abort(exc)
@@ -220,14 +261,12 @@ class Run:
         except StoreError:
             self._get_failed = True
             raise
-        self._snapshot = session.data
+        self._snapshot = self._shown = session.data
         window = await self._store("last_n", self._steps.last_n, self._sid, config.history_window)
         self._next_index = next_step_index(window)
         self._loaded = True
         self._messages, self._sources = replay(window)
-        data = parse_json(session.data, "data") if session.data is not None else None
-        self._ctx = ToolContext(self._sid, data)
-        self._baseline = _canonical(self._ctx.data)
+        self._load_data(session.data)
 
         index = await self._append(StepType.user, self._message)
         self._messages.append(Message(role="user", content=self._message))
@@ -262,6 +301,34 @@ class Run:
         )
         return RunStatus.max_iterations, ""
 
+    def _load_data(self, stored: str | None) -> None:
+        """Working memory from the stored snapshot (``{}`` when there is none).
+
+        A snapshot the loop cannot read back (not JSON, or JSON that cannot be
+        re-encoded, e.g. a number that decoded to ``inf``) must not brick the
+        session: it is reported as a ``LoopWarning``, the run starts with empty
+        working memory, the model is shown no data, and the stored text is left
+        as it is until a tool writes new data over it.
+        """
+        if stored is not None:
+            try:
+                data = parse_json(stored, "data")
+                self._baseline = _canonical(data)
+            except (TypeError, ValueError, RecursionError) as exc:
+                self._shown = None
+                self._emit(
+                    LoopWarning(
+                        self._sid,
+                        f"session data cannot be loaded ({exc}); working memory starts "
+                        f"empty and the stored data is kept until a tool writes new data",
+                    )
+                )
+            else:
+                self._ctx = ToolContext(self._sid, data)
+                return
+        self._ctx = ToolContext(self._sid)
+        self._baseline = _canonical(self._ctx.data)
+
     async def _compact(self, compactor: Compactor) -> None:
         try:
             compaction = await compactor.compact(tuple(self._messages))
@@ -280,6 +347,10 @@ class Run:
         if not compaction.summary:
             return
         kept = compaction.retained_from
+        if kept == 0 and self._messages and self._messages[0].role == "system":
+            # Only replay makes system messages: this is the earlier summary. The new
+            # one supersedes it, as replay will show, so it is never kept verbatim.
+            kept = 1
         # The first kept message's step, or (all summarized) the step after the summary's.
         retain = self._sources[kept] if kept < len(self._sources) else self._next_index + 1
         await self._append(
@@ -290,8 +361,11 @@ class Run:
             completion_tokens=compaction.completion_tokens,
         )
         summary = Message(role="system", content=compaction.summary)
-        self._messages = [summary, *self._messages[kept:]]
-        self._sources = [retain, *self._sources[kept:]]
+        start = kept
+        while start < len(self._messages) and self._messages[start].role == "tool":
+            start += 1  # results of a call that was summarized away: replay drops them too
+        self._messages = [summary, *self._messages[start:]]
+        self._sources = [retain, *self._sources[start:]]
         self._emit(
             Compacted(
                 self._sid,
@@ -308,7 +382,7 @@ class Run:
             system_prompt=session.system_prompt,
             messages=tuple(self._messages),
             tools=self._specs,
-            data=self._snapshot,
+            data=self._shown,
         )
         try:
             reply = await self._model.complete(request)
@@ -351,10 +425,15 @@ class Run:
             self._sources.append(index)
 
     def _restore_data(self) -> None:
-        self._ctx.data = json.loads(self._baseline) if self._baseline is not None else None
+        self._ctx.data = json.loads(self._baseline)
 
     async def _call_tool(self, call: ToolCall) -> str:
-        """The tool's output, or an ``Error:`` text; persists changed working memory."""
+        """The tool's output, or an ``Error:`` text; persists changed working memory.
+
+        After a write, ``ctx.data`` is replaced by the decoded stored text, so
+        the rest of the run sees exactly what the next run will (``{1: "a"}``
+        becomes ``{"1": "a"}``, tuples become lists).
+        """
         tool = self._tools.get(call.name)
         if tool is None:
             return f"Error: unknown tool {call.name!r}; available tools: {sorted(self._tools)}"
@@ -377,13 +456,14 @@ class Run:
             return f"Error: tool {call.name!r} failed: {exc!r}"
         try:
             canonical = _canonical(self._ctx.data)
-            if canonical != self._baseline and canonical is not None:
-                validate_json(canonical, "data")  # NUL or lone surrogates no store can keep
-        except (TypeError, ValueError) as exc:
+            if canonical == self._baseline:
+                return output
+            # NUL or lone surrogates no store can keep; also the value the run sees from now on
+            stored = parse_json(canonical, "data")
+        except (TypeError, ValueError, RecursionError) as exc:
             self._restore_data()
             return f"Error: tool {call.name!r} left working memory that is not JSON: {exc}"
-        if canonical != self._baseline:
-            await self._store("update_data", self._sessions.update_data, self._sid, canonical)
-            self._baseline = canonical
-            self._snapshot = canonical
+        await self._store("update_data", self._sessions.update_data, self._sid, canonical)
+        self._baseline = self._snapshot = self._shown = canonical
+        self._ctx.data = stored
         return output

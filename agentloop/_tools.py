@@ -10,26 +10,30 @@ from typing import Any, overload
 
 import attrs
 
-from agentloop._model import ToolSpec
+from agentloop._model import ToolSpec, frozen_schema
 from agentloop._validate import check_text, preview
+
+_NO_DATA: Any = object()  # "the session has no data", apart from a stored JSON null
 
 
 class ToolContext:
     """What a tool sees of its run: the session id and the session's working memory.
 
-    ``data`` is the decoded JSON value of the session's data (an empty dict
-    when the session has none). A tool may mutate it in place or reassign it;
-    after the tool returns, the loop persists any change with ``update_data``,
-    so the next run of the session sees it. A value that is not JSON (a set,
-    NaN, ...) is refused: the call becomes an ``Error:`` result and ``data``
-    goes back to its last persisted value.
+    ``data`` is the decoded JSON value of the session's data: an empty dict
+    when the session has none (``data`` omitted here), ``None`` for a stored
+    JSON ``null``. A tool may mutate it in place or reassign it; after the
+    tool returns, the loop persists any change with ``update_data``, so the
+    next run of the session sees it, and replaces ``data`` with the decoded
+    stored value. A value that is not JSON (a set, NaN, nesting too deep to
+    encode, ...) is refused: the call becomes an ``Error:`` result and
+    ``data`` goes back to its last persisted value.
     """
 
     __slots__ = ("_session_id", "data")
 
-    def __init__(self, session_id: str, data: Any = None) -> None:
+    def __init__(self, session_id: str, data: Any = _NO_DATA) -> None:
         self._session_id = session_id
-        self.data: Any = {} if data is None else data
+        self.data: Any = {} if data is _NO_DATA else data
 
     @property
     def session_id(self) -> str:
@@ -75,7 +79,9 @@ class Tool:
     """A tool the model may call: ``fn(args, ctx)`` is awaited with the decoded arguments.
 
     ``parameters`` is the JSON schema of ``args`` shown to the model; the loop
-    does not enforce it. Whatever ``fn`` raises (``Exception``, not
+    does not enforce it. It is kept as a deep, read-only copy (a ``dict`` that
+    raises ``TypeError`` on change), so neither the caller nor a model can
+    alter the tool after it is built. Whatever ``fn`` raises (``Exception``, not
     cancellation) becomes a ``tool_result`` step starting with ``Error:`` and
     the run continues, so the model can recover.
 
@@ -86,7 +92,9 @@ class Tool:
 
     name: str = attrs.field(validator=_name)
     description: str = attrs.field(validator=_text)
-    parameters: dict[str, Any] = attrs.field(validator=_schema, hash=False)
+    parameters: dict[str, Any] = attrs.field(
+        converter=frozen_schema, validator=_schema, hash=False
+    )
     fn: ToolFn = attrs.field(validator=_async_fn, hash=False)
 
     @property
@@ -119,7 +127,14 @@ def _json_schema(hint: object, where: str) -> dict[str, Any]:
 
 
 def _check_value(value: object, hint: object, name: str) -> None:
-    """Refuse an argument whose JSON type does not match a scalar annotation."""
+    """Refuse an argument whose JSON type does not match its annotation (``X | None`` too)."""
+    or_null = ""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        if value is None:
+            return
+        # _json_schema admits only X | None, so the one other member is X
+        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+        or_null = " or null"
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return
     expected = hint if isinstance(hint, type) else typing.get_origin(hint)
@@ -127,7 +142,7 @@ def _check_value(value: object, hint: object, name: str) -> None:
         not isinstance(value, expected) or (expected is int and isinstance(value, bool))
     ):
         kind = _SCALARS.get(expected, getattr(expected, "__name__", str(expected)))
-        raise TypeError(f"argument {name!r} must be {kind}, got {value!r}")
+        raise TypeError(f"argument {name!r} must be {kind}{or_null}, got {value!r}")
 
 
 def _build(fn: Callable[..., Awaitable[str]], name: str | None, description: str | None) -> Tool:
@@ -205,8 +220,9 @@ def tool(
     schema (required unless it has a default); a parameter annotated
     :class:`ToolContext` receives the context instead. The name defaults to the
     function's, the description to the first paragraph of its docstring. The
-    built tool refuses unknown or missing arguments and scalar arguments of the
-    wrong JSON type (as ``TypeError``, which the loop reports to the model).
+    built tool refuses unknown or missing arguments and arguments of the wrong
+    JSON type, checked against ``X`` for an ``X | None`` parameter unless the
+    argument is null (as ``TypeError``, which the loop reports to the model).
 
     Raises:
         TypeError: ``fn`` is not async, or a parameter is unannotated, variadic

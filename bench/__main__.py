@@ -8,12 +8,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from bench import loop, mem
+from bench import loop, mem, sql
 from bench._report import Row, render
 
 SECTIONS: dict[str, Callable[[], list[Row]]] = {
     "mem": mem.rows,
     "loop": loop.rows,
+    "sql": sql.rows,
 }
 
 

@@ -60,8 +60,9 @@ async def _time(op: Callable[[], Awaitable[object]], ops: int) -> float:
     return (time.perf_counter() - start) / ops * 1e6
 
 
-async def _compare(ours: Callable[[], Awaitable[object]],
-                   floor: Callable[[], Awaitable[object]]) -> tuple[float, float]:
+async def _compare(
+    ours: Callable[[], Awaitable[object]], floor: Callable[[], Awaitable[object]]
+) -> tuple[float, float]:
     """Best-of timings (µs/op), ours and floor alternating so drift hits both."""
     best_ours = best_floor = float("inf")
     for _ in range(REPEATS):
@@ -82,14 +83,17 @@ async def _op_rows() -> list[Row]:
         "append": (lambda: steps.append(step), lambda: floor.append(step)),
         "last_n(20)": (lambda: steps.last_n("s", 20), lambda: floor.last_n("s", 20)),
         "get": (lambda: sessions.get("s"), lambda: floor.get("s")),
-        "update_data": (lambda: sessions.update_data("s", SNAPSHOT),
-                        lambda: floor.update_data("s", SNAPSHOT)),
+        "update_data": (
+            lambda: sessions.update_data("s", SNAPSHOT),
+            lambda: floor.update_data("s", SNAPSHOT),
+        ),
     }
     rows = []
     for name, (ours, bare) in pairs.items():
         us, floor_us = await _compare(ours, bare)
-        rows.append(Row(f"mem {name} vs floor", f"{us:.1f} vs {floor_us:.1f} µs/op",
-                        us / floor_us, 2.0))
+        rows.append(
+            Row(f"mem {name} vs floor", f"{us:.1f} vs {floor_us:.1f} µs/op", us / floor_us, 2.0)
+        )
     return rows
 
 
@@ -102,8 +106,12 @@ async def _history_row() -> Row:
     # the list it builds is the same one, so fill it directly.
     big._steps["s"] = [step] * 1_000_000
     big_us, small_us = await _compare(lambda: big.last_n("s", 50), lambda: small.last_n("s", 50))
-    return Row("mem last_n(50) 10^6 vs 10^2 history", f"{big_us:.1f} vs {small_us:.1f} µs/op",
-               big_us / small_us, 1.3)
+    return Row(
+        "mem last_n(50) 10^6 vs 10^2 history",
+        f"{big_us:.1f} vs {small_us:.1f} µs/op",
+        big_us / small_us,
+        1.3,
+    )
 
 
 def rows() -> list[Row]:

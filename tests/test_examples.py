@@ -14,6 +14,10 @@ def test_quickstart_matches_readme() -> None:
     source = (ROOT / "examples" / "quickstart.py").read_text()
     body = source.split('"""', 2)[2].lstrip("\n")
     assert body in (ROOT / "README.md").read_text()
-    out = subprocess.run([sys.executable, str(ROOT / "examples" / "quickstart.py")],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "quickstart.py")],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     assert out.splitlines() == ["['hello!', \"what's next?\"]", '{"todo": ["write tests"]}']

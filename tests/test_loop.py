@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import subprocess
 import sys
@@ -18,6 +20,7 @@ from agentloop import (
     LoopConfig,
     Message,
     ModelReply,
+    ModelRequest,
     RunStarted,
     RunStatus,
     ScriptedModel,
@@ -140,6 +143,23 @@ class TestConversation:
         await Loop(model=model, tools=[remember, recall]).run("s", "hi")
         assert [spec.name for spec in model.requests[0].tools] == ["remember", "recall"]
 
+    async def test_a_model_cannot_change_a_tool_for_later_requests(self) -> None:
+        """Tool parameters in a request are read-only, so later requests see the tool as built."""
+        seen: list[dict[str, object]] = []
+
+        class Meddler:
+            async def complete(self, request: ModelRequest) -> ModelReply:
+                seen.append(copy.deepcopy(request.tools[0].parameters))
+                with contextlib.suppress(TypeError):
+                    request.tools[0].parameters["properties"]["key"] = {"type": "integer"}
+                return ModelReply("ok")
+
+        loop = Loop(model=Meddler(), tools=[recall])
+        await loop.run("s", "one")
+        await loop.run("s", "two")
+        assert seen[0] == seen[1] == recall.parameters
+        assert recall.parameters["properties"]["key"] == {"type": "string"}
+
     async def test_multiple_calls_in_one_reply_replay_as_one_message(self) -> None:
         """A reply with two calls is one assistant message in-run and after replay."""
         reply = ModelReply(
@@ -204,6 +224,47 @@ class TestWorkingMemory:
         loop = Loop(model=ScriptedModel([call("who"), "ok"]), tools=[Tool("who", "", {}, who)])
         await loop.run("Session-Ä", "hi")
         assert seen == ["Session-Ä"]
+
+
+    async def test_stored_null_is_none_not_an_empty_dict(self) -> None:
+        """A stored JSON null reaches tools as None; a tool storing None keeps it null."""
+        seen: list[object] = []
+
+        async def peek(args: dict[str, object], ctx: ToolContext) -> str:
+            seen.append(ctx.data)
+            return "ok"
+
+        async def clear(args: dict[str, object], ctx: ToolContext) -> str:
+            ctx.data = None
+            return "ok"
+
+        tools = [Tool("peek", "", {}, peek), Tool("clear", "", {}, clear)]
+        model = ScriptedModel([call("peek"), "a", call("clear"), call("peek", "c2"), "b"])
+        loop = Loop(model=model, tools=tools)
+        await loop.sessions.update_data("s", "null")
+        await loop.run("s", "first")
+        await loop.run("new", "second")
+        assert seen == [None, None]
+        assert (await loop.sessions.get("new")).data == "null"
+
+    async def test_in_run_view_is_what_was_stored(self) -> None:
+        """After a write, later tools in the run see the stored value (keys become strings)."""
+        seen: list[object] = []
+
+        async def set_keys(args: dict[str, object], ctx: ToolContext) -> str:
+            ctx.data = {1: "a", "t": (1, 2)}
+            return "ok"
+
+        async def peek(args: dict[str, object], ctx: ToolContext) -> str:
+            seen.append(ctx.data)
+            return "ok"
+
+        tools = [Tool("set", "", {}, set_keys), Tool("peek", "", {}, peek)]
+        loop = Loop(model=ScriptedModel([call("set"), call("peek", "c2"), "done"]), tools=tools)
+        await loop.run("s", "hi")
+        stored = (await loop.sessions.get("s")).data
+        assert stored is not None
+        assert seen == [json.loads(stored)] == [{"1": "a", "t": [1, 2]}]
 
 
 class TestIndices:

@@ -8,6 +8,7 @@ import pytest
 
 import agentloop
 from agentloop import (
+    EventCollector,
     Loop,
     LoopConfig,
     RunResult,
@@ -77,6 +78,17 @@ class TestLoopConfig:
             ({"run_timeout": 0}, ValueError, r"^run_timeout must be > 0 seconds"),
             ({"run_timeout": float("nan")}, ValueError, r"^run_timeout must be > 0 seconds"),
             ({"finalize_timeout": "5"}, TypeError, r"^finalize_timeout must be a number"),
+            (
+                {"finalize_timeout": float("inf")},
+                ValueError,
+                r"^finalize_timeout must be > 0 seconds and finite, got inf$",
+            ),
+            (
+                {"run_timeout": float("inf")},
+                ValueError,
+                r"^run_timeout must be > 0 seconds and finite \(None for no limit\), got inf$",
+            ),
+            ({"run_timeout": -float("inf")}, ValueError, r"^run_timeout must be > 0 seconds"),
             ({"model": 3}, TypeError, r"^model must be a str"),
         ],
     )
@@ -124,6 +136,17 @@ class TestLoopArguments:
             Loop(model=model, on_event=noop)  # type: ignore[arg-type]
         with pytest.raises(TypeError, match=r"^compactor must have an async compact"):
             Loop(model=model, compactor=object())  # type: ignore[arg-type]
+
+    def test_refuses_an_object_with_async_call(self) -> None:
+        """An on_event object whose __call__ is async is refused (its events would be lost)."""
+
+        class AsyncHandler:
+            async def __call__(self, event: object) -> None:
+                pass
+
+        with pytest.raises(TypeError, match=r"^on_event must be a plain \(sync\) callable"):
+            Loop(model=ScriptedModel([]), on_event=AsyncHandler())  # type: ignore[arg-type]
+        Loop(model=ScriptedModel([]), on_event=EventCollector())  # a sync __call__ is fine
 
     def test_exposes_config(self) -> None:
         """loop.config is the config it was given."""

@@ -19,8 +19,10 @@ from agentloop import (
     RunStatus,
     ScriptedModel,
     StepType,
+    Tool,
     ToolCall,
 )
+from agentloop._rehydrate import replay
 
 
 class ThresholdCompactor:
@@ -161,3 +163,40 @@ class TestCompaction:
         )
         await loop.run("s", "hi")
         assert events.of_type(Compacted) == [Compacted("s", "sum", 0, 1, 2)]
+
+    async def test_in_run_view_matches_the_next_replay(self) -> None:
+        """Keeping everything (retained_from=0) supersedes the old summary in-run as on replay."""
+        model = ScriptedModel(["a", "b", "c"])
+        loop = Loop(model=model, compactor=FixedCompactor(Compaction("NEW", 0)))
+        for run in range(3):
+            await loop.run("s", f"u{run}")
+            replayed, _ = replay(await loop.steps.all("s"))  # type: ignore[attr-defined]
+            assert tuple(replayed[:-1]) == model.requests[run].messages
+        assert [(m.role, m.content) for m in model.requests[2].messages] == [
+            ("system", "NEW"),
+            ("user", "u0"),
+            ("assistant", "a"),
+            ("user", "u1"),
+            ("assistant", "b"),
+            ("user", "u2"),
+        ]
+
+    async def test_results_cut_off_from_their_call_are_dropped_in_run(self) -> None:
+        """A kept tool result whose call was summarized away is dropped, as replay drops it."""
+
+        class CutAfterCall:
+            async def compact(self, messages: Sequence[Message]) -> Compaction:
+                cut = next(i for i, m in enumerate(messages) if m.role == "tool")
+                return Compaction("S", cut) if len(messages) > 2 else Compaction("", 0)
+
+        async def ok(args: dict[str, object], ctx: object) -> str:
+            return "ok"
+
+        call = ModelReply(tool_calls=(ToolCall("c1", "ok"),))
+        model = ScriptedModel([call, "a0", "a1"])
+        loop = Loop(model=model, tools=[Tool("ok", "", {}, ok)], compactor=CutAfterCall())
+        await loop.run("s", "u0")
+        await loop.run("s", "u1")
+        replayed, _ = replay(await loop.steps.all("s"))  # type: ignore[attr-defined]
+        assert tuple(replayed[:-1]) == model.requests[2].messages
+        assert [m.role for m in model.requests[2].messages] == ["system", "assistant", "user"]

@@ -8,6 +8,7 @@ import pytest
 import trio
 import trio.testing
 from _loop_helpers import (
+    CountingSessions,
     FailingGet,
     FailingSteps,
     SlowFinalize,
@@ -20,12 +21,16 @@ from _loop_helpers import (
 import agentloopmem
 from agentloop import (
     EventCollector,
+    FinalizeSummary,
     Loop,
     LoopConfig,
     LoopWarning,
     ModelReply,
+    ModelRequest,
     RunStatus,
+    RunStep,
     ScriptedModel,
+    Session,
     StepType,
     StoreError,
     StoreUnavailableError,
@@ -142,6 +147,89 @@ class TestToolErrors:
         assert (await loop.sessions.get("s")).data is None
 
 
+    async def test_data_nested_too_deeply_is_an_error_result(self) -> None:
+        """Data too deep to encode is an 'Error:' result (not a crash) and is not stored."""
+
+        async def deep(args: dict[str, object], ctx: ToolContext) -> str:
+            nested: list[object] = []
+            for _ in range(100_000):
+                nested = [nested]
+            ctx.data = nested
+            return "ok"
+
+        async def peek(args: dict[str, object], ctx: ToolContext) -> str:
+            return json.dumps(ctx.data)
+
+        tools = [Tool("deep", "", {}, deep), Tool("peek", "", {}, peek)]
+        loop = Loop(model=ScriptedModel([call("deep"), call("peek", "c2"), "ok"]), tools=tools)
+        result = await loop.run("s", "hi")
+        assert result.status is RunStatus.completed
+        steps = await _steps(loop)
+        assert steps[2][1].startswith("Error: tool 'deep' left working memory that is not JSON")
+        assert steps[4][1] == "{}"
+        assert (await loop.sessions.get("s")).data is None
+
+
+class UnreadableData(agentloopmem.SessionStore):
+    """A buggy store: ``get`` hands back data text that bypassed validation."""
+
+    def __init__(self, raw: str) -> None:
+        super().__init__()
+        self.raw = raw
+
+    async def get(self, session_id: str) -> Session:
+        session = await super().get(session_id)
+        if session.data is None:
+            object.__setattr__(session, "data", self.raw)  # what a broken store could return
+        return session
+
+
+class TestUnreadableData:
+    @pytest.mark.parametrize("raw", ['{"x": 1e400}', "not json", "[" * 100_000 + "]" * 100_000])
+    async def test_does_not_brick_the_session(self, raw: str) -> None:
+        """Stored data that cannot be read back is a warning; runs still complete."""
+        seen: list[object] = []
+
+        async def peek(args: dict[str, object], ctx: ToolContext) -> str:
+            seen.append(ctx.data)
+            return "ok"
+
+        sessions = UnreadableData(raw)
+        events = EventCollector()
+        model = ScriptedModel([call("peek"), "a", "b"])
+        tools = [Tool("peek", "", {}, peek)]
+        loop = Loop(model=model, sessions=sessions, tools=tools, on_event=events)
+        for message in ("first", "second"):
+            assert (await loop.run("s", message)).status is RunStatus.completed
+        assert seen == [{}]
+        assert [r.data for r in model.requests] == [None, None, None]
+        warnings = [w.message for w in events.of_type(LoopWarning)]
+        assert len(warnings) == 2
+        assert warnings[0].startswith("session data cannot be loaded (")
+        assert (await sessions.get("s")).data == raw  # left as it is
+        final = await sessions.final("s")
+        assert final is not None
+        assert final.data_bytes_carried == len(raw.encode("utf-8"))
+
+    async def test_a_tool_write_replaces_it(self) -> None:
+        """A tool that writes working memory stores it over the unreadable data."""
+        loop = Loop(
+            model=ScriptedModel([call("write"), "a"]),
+            sessions=UnreadableData('{"x": 1e400}'),
+            tools=[write_k],
+            on_event=EventCollector(),
+        )
+        await loop.run("s", "hi")
+        assert (await loop.sessions.get("s")).data == '{"k":1}'
+
+
+@tool(name="write")
+async def write_k(ctx: ToolContext) -> str:
+    """Write k."""
+    ctx.data["k"] = 1
+    return "ok"
+
+
 class TestBudgets:
     async def test_max_iterations(self) -> None:
         """A model that never stops calling tools ends with an error step and max_iterations."""
@@ -224,6 +312,70 @@ class TestBudgets:
         assert await _final_status(loop) is RunStatus.timeout
 
 
+    async def test_timeout_recording_is_bounded_once(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """A finalize(timeout) that hangs is tried once, bounded once, and named in the error."""
+        sessions = SlowFinalize()
+        config = LoopConfig(run_timeout=10, finalize_timeout=2)
+        loop = Loop(model=SlowModel(), sessions=sessions, config=config)
+        start = trio.current_time()
+        with pytest.raises(
+            StoreError,
+            match=r"^finalize failed for session 's': recording the run_timeout did not finish "
+            r"within finalize_timeout \(2s\)",
+        ) as info:
+            await loop.run("s", "hi")
+        assert isinstance(info.value.__cause__, trio.TooSlowError)
+        assert trio.current_time() - start == pytest.approx(12)
+        assert sessions.finalize_calls == 1
+        assert (await _steps(loop))[-1] == (StepType.error, "run_timeout expired after 10s")
+
+    async def test_timeout_error_step_that_hangs_is_named(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """An error-step append that outlasts finalize_timeout is named; no finalize follows."""
+
+        class HangingAppend(agentloopmem.StepStore):
+            hang = False
+
+            async def append(self, step: RunStep) -> None:
+                if self.hang:
+                    await trio.sleep_forever()
+                await super().append(step)
+
+        class HangAfterUser(SlowModel):
+            async def complete(self, request: ModelRequest) -> ModelReply:
+                steps.hang = True
+                return await super().complete(request)
+
+        steps = HangingAppend()
+        sessions = CountingSessions()
+        config = LoopConfig(run_timeout=10, finalize_timeout=2)
+        loop = Loop(model=HangAfterUser(), steps=steps, sessions=sessions, config=config)
+        start = trio.current_time()
+        with pytest.raises(StoreError, match=r"^append failed for session 's': recording"):
+            await loop.run("s", "hi")
+        assert trio.current_time() - start == pytest.approx(12)
+        assert sessions.finalize_calls == {}
+
+    async def test_failing_timeout_finalize_is_not_retried(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """A finalize(timeout) that raises is reported once, never tried a second time."""
+
+        class NoFinalize(CountingSessions):
+            async def finalize(self, session_id: str, summary: FinalizeSummary) -> None:
+                await super().finalize(session_id, summary)
+                raise StoreUnavailableError("gone")
+
+        sessions = NoFinalize()
+        loop = Loop(model=SlowModel(), sessions=sessions, config=LoopConfig(run_timeout=10))
+        with pytest.raises(StoreError, match=r"^finalize failed for session 's'"):
+            await loop.run("s", "hi")
+        assert sessions.finalize_calls == {"s": 1}
+
+
 class TestCancellation:
     async def test_cancelled_during_get_records_cancelled(
         self, autojump_clock: trio.testing.MockClock
@@ -298,6 +450,8 @@ class TestCancellation:
         assert trio.current_time() - start == pytest.approx(7)
         assert sessions.finalize_calls == 1
         assert await sessions.final("s") is None
+        warnings = [w.message for w in events.of_type(LoopWarning)]
+        assert warnings == ["finalize(cancelled) abandoned after 2s (finalize_timeout)"]
 
     async def test_cancelled_during_normal_finalize_records_cancelled(
         self, autojump_clock: trio.testing.MockClock

@@ -40,8 +40,14 @@ def summary(status: RunStatus = RunStatus.completed, **fields: int) -> FinalizeS
 def test_implements_protocols() -> None:
     """The store is a SessionStore with every session-side capability."""
     store = SessionStore()
-    for protocol in (SessionStoreProtocol, SupportsPut, SupportsFinal, SupportsListSessions,
-                     SupportsDeleteSession, SupportsAclose):
+    for protocol in (
+        SessionStoreProtocol,
+        SupportsPut,
+        SupportsFinal,
+        SupportsListSessions,
+        SupportsDeleteSession,
+        SupportsAclose,
+    ):
         assert isinstance(store, protocol)
 
 
@@ -151,8 +157,7 @@ class TestFinalize:
         await store.update_data("s", '{"memo": "x"}')
         await store.finalize("s", summary(RunStatus.error, step_count=2))
         await store.finalize("s", summary(RunStatus.completed, step_count=3, prompt_tokens=9))
-        assert await store.final("s") == summary(RunStatus.completed, step_count=3,
-                                                  prompt_tokens=9)
+        assert await store.final("s") == summary(RunStatus.completed, step_count=3, prompt_tokens=9)
         assert (await store.get("s")).data == '{"memo": "x"}'
 
     async def test_summary_type(self) -> None:
@@ -194,15 +199,19 @@ class TestListSessions:
     async def test_most_recently_written_first(self) -> None:
         """Sessions come back by write recency, with status, step total and times."""
         store = SessionStore(clock=ticking_clock())
-        await store.update_data("a", "{}")                       # t0
-        await store.finalize("b", summary(step_count=4))         # t1
+        await store.update_data("a", "{}")  # t0
+        await store.finalize("b", summary(step_count=4))  # t1
         await store.finalize("a", summary(RunStatus.error, step_count=2))  # t2
         await store.finalize("a", summary(RunStatus.timeout, step_count=1))  # t3
         infos = await store.list_sessions()
         assert [i.id for i in infos] == ["a", "b"]
         a, b = infos
         assert (a.status, a.step_count, a.created_at, a.updated_at) == (
-            RunStatus.timeout, 3, T0, T0 + timedelta(seconds=3))
+            RunStatus.timeout,
+            3,
+            T0,
+            T0 + timedelta(seconds=3),
+        )
         assert (b.status, b.step_count) == (RunStatus.completed, 4)
 
     async def test_backward_clock_does_not_reorder(self) -> None:
@@ -300,4 +309,3 @@ class TestClosed:
         for call in calls:
             with pytest.raises(StoreClosedError, match=r"^SessionStore is closed"):
                 await call()
-

@@ -48,8 +48,9 @@ class TestLastN:
         steps = await fill(store, "s", 10)
         assert await store.last_n("s", 3) == steps[7:]
 
-    @pytest.mark.parametrize(("n", "expected"), [(1, slice(4, 5)), (5, slice(0, 5)),
-                                                  (50, slice(0, 5))])
+    @pytest.mark.parametrize(
+        ("n", "expected"), [(1, slice(4, 5)), (5, slice(0, 5)), (50, slice(0, 5))]
+    )
     async def test_window_sizes(self, n: int, expected: slice) -> None:
         """n=1, n=count and n>count return exactly the newest min(n, count)."""
         store = StepStore()
@@ -116,9 +117,14 @@ class TestRoundTrip:
         """Every field of a step comes back unchanged, tool_args included."""
         store = StepStore()
         original = RunStep(
-            "s", 2**31 - 1, StepType.summary, content=" 🙂 שלום\x00\n",
+            "s",
+            2**31 - 1,
+            StepType.summary,
+            content=" 🙂 שלום\x00\n",
             tool_args='{"retain_from_step": 4}',
-            duration_ms=1, prompt_tokens=2**31 - 1, completion_tokens=3,
+            duration_ms=1,
+            prompt_tokens=2**31 - 1,
+            completion_tokens=3,
             created_at=datetime(2026, 5, 6, 7, 8, 9, 123456, tzinfo=UTC),
         )
         await store.append(original)

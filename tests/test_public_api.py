@@ -32,7 +32,8 @@ def test_public_names_are_documented(name: str) -> None:
     """Every exported class and function says what it guarantees."""
     module = importlib.import_module(name)
     undocumented = [
-        n for n in module.__all__
+        n
+        for n in module.__all__
         if callable(getattr(module, n)) and not (getattr(module, n).__doc__ or "").strip()
     ]
     assert undocumented == []

@@ -172,3 +172,16 @@ class TestRecordingFormat:
         ]
         messages, _ = replay(steps)
         assert messages[0].tool_calls == (ToolCall("step-4", "lookup", '{"k": 1}'),)
+
+    def test_content_that_cannot_make_a_call_falls_back(self) -> None:
+        """Escapes decoding to NUL or lone surrogates never make replay (and every run) fail."""
+        content = '{"id": "a\\u0000", "name": "\\ud800", "text": "\\udfff", "raw_args": "\\ud800"}'
+        steps = [
+            RunStep("s", 0, StepType.tool_call, content, '{"q": 1}'),
+            RunStep("s", 1, StepType.tool_result, "out", '{"tool_call_id": "step-0"}'),
+        ]
+        messages, _ = replay(steps)
+        assert messages == [
+            Message("assistant", "", (ToolCall("step-0", "unknown", '{"q": 1}'),)),
+            Message("tool", "out", tool_call_id="step-0"),
+        ]

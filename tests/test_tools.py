@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import json
 from typing import Any
 
 import pytest
@@ -18,6 +20,26 @@ class TestTool:
         """A Tool's spec carries its name, description and schema."""
         item = Tool("noop", "does nothing", {"type": "object"}, noop)
         assert item.spec == ToolSpec("noop", "does nothing", {"type": "object"})
+
+    def test_parameters_are_a_read_only_deep_copy(self) -> None:
+        """The schema is copied at construction and cannot be changed through the tool."""
+        schema: dict[str, Any] = {"type": "object", "properties": {"q": {"type": "string"}}}
+        item = Tool("noop", "", schema, noop)
+        schema["properties"]["q"]["type"] = "integer"
+        assert item.parameters["properties"]["q"] == {"type": "string"}
+        assert item.spec.parameters == item.parameters
+        assert isinstance(item.parameters, dict)
+        assert json.loads(json.dumps(item.parameters)) == item.parameters
+        with pytest.raises(TypeError, match=r"^tool parameters are read-only"):
+            item.parameters["hacked"] = True
+        with pytest.raises(TypeError, match=r"^tool parameters are read-only"):
+            item.spec.parameters["properties"]["q"].update(type="integer")
+        with pytest.raises(TypeError, match=r"^tool parameters are read-only"):
+            ToolSpec("x", "", {"enum": [1, 2]}).parameters["enum"].append(3)
+        mutable = copy.deepcopy(item.parameters)
+        mutable["properties"]["q"]["type"] = "integer"
+        assert type(mutable["properties"]) is dict
+        assert item.parameters["properties"]["q"] == {"type": "string"}
 
     def test_fn_must_be_async(self) -> None:
         """A sync function is refused with TypeError."""
@@ -41,6 +63,10 @@ class TestToolContext:
         assert (ctx.session_id, ctx.data) == ("s", {})
         ctx.data["k"] = 1
         assert ctx.data == {"k": 1}
+
+    def test_none_is_json_null(self) -> None:
+        """An explicit None is a stored JSON null, not "no data"."""
+        assert ToolContext("s", None).data is None
 
     def test_session_id_is_read_only(self) -> None:
         """A tool cannot change which session it runs for."""
@@ -106,6 +132,21 @@ class TestDecorator:
             await f.fn({"n": True}, ctx)
         with pytest.raises(TypeError, match=r"^argument 'flag' must be boolean"):
             await f.fn({"n": 1, "flag": "yes"}, ctx)
+
+    async def test_checks_optional_arguments(self) -> None:
+        """An X | None argument accepts null or an X, and nothing else."""
+
+        @tool
+        async def f(n: int | None = None, x: float | None = None) -> str:
+            return f"{n!r} {x!r}"
+
+        ctx = ToolContext("s")
+        assert await f.fn({"n": None, "x": 2}, ctx) == "None 2"
+        assert await f.fn({"n": 3}, ctx) == "3 None"
+        with pytest.raises(TypeError, match=r"^argument 'n' must be integer or null, got 'abc'$"):
+            await f.fn({"n": "abc"}, ctx)
+        with pytest.raises(TypeError, match=r"^argument 'n' must be integer or null, got True$"):
+            await f.fn({"n": True}, ctx)
 
     def test_refuses_unsupported_functions(self) -> None:
         """Sync functions, unannotated or unsupported parameters are refused at decoration."""

@@ -90,7 +90,7 @@ class TestSession:
         assert Session("a", system_prompt="x\x00y").system_prompt == "x\x00y"
 
     @pytest.mark.parametrize(
-        "bad", ["{", "not json", "", "NaN", '{"a": Infinity}', "[1,]", "1e400", '[-1E999]']
+        "bad", ["{", "not json", "", "NaN", '{"a": Infinity}', "[1,]", "1e400", "[-1E999]"]
     )
     def test_data_must_be_json(self, bad: str) -> None:
         """data is JSON text (strict: no NaN/Infinity)."""
@@ -124,10 +124,16 @@ class TestSession:
 class TestRunStep:
     def test_valid(self) -> None:
         """A fully specified step keeps every field."""
-        s = step(content="hi", tool_args='{"a": 1}', duration_ms=5, prompt_tokens=7,
-                 completion_tokens=9)
+        s = step(
+            content="hi", tool_args='{"a": 1}', duration_ms=5, prompt_tokens=7, completion_tokens=9
+        )
         assert (s.content, s.tool_args, s.duration_ms, s.prompt_tokens, s.completion_tokens) == (
-            "hi", '{"a": 1}', 5, 7, 9)
+            "hi",
+            '{"a": 1}',
+            5,
+            7,
+            9,
+        )
 
     def test_step_type_from_str(self) -> None:
         """A step type's value converts to the enum member."""
@@ -254,8 +260,9 @@ class TestCompactionCheckpoint:
         text = '{ "other": 1,  "retain_from_step":3 }'
         assert CompactionCheckpoint.from_json(text) == CompactionCheckpoint(3)
 
-    @pytest.mark.parametrize("bad", ["{}", "[]", '{"retain_from_step": "3"}',
-                                     '{"retain_from_step": true}', "nope"])
+    @pytest.mark.parametrize(
+        "bad", ["{}", "[]", '{"retain_from_step": "3"}', '{"retain_from_step": true}', "nope"]
+    )
     def test_from_bad_json(self, bad: str) -> None:
         """Malformed checkpoints are ValueErrors the loop can ignore."""
         with pytest.raises(ValueError, match=r"^(checkpoint|retain_from_step) must be"):
@@ -275,12 +282,40 @@ class TestSessionInfo:
 
     def test_status_from_str(self) -> None:
         """A status value converts to the enum member, as in FinalizeSummary."""
-        info = SessionInfo(id="a", status="timeout", step_count=0,  # type: ignore[arg-type]
-                           created_at=AWARE, updated_at=AWARE)
+        info = SessionInfo(
+            id="a",
+            status="timeout",
+            step_count=0,  # type: ignore[arg-type]
+            created_at=AWARE,
+            updated_at=AWARE,
+        )
         assert info.status is RunStatus.timeout
 
     def test_unknown_status(self) -> None:
         """An unknown status names the field and the allowed values."""
         with pytest.raises(ValueError, match=r"^status must be one of completed"):
-            SessionInfo(id="a", status="done", step_count=0,  # type: ignore[arg-type]
-                        created_at=AWARE, updated_at=AWARE)
+            SessionInfo(
+                id="a",
+                status="done",
+                step_count=0,  # type: ignore[arg-type]
+                created_at=AWARE,
+                updated_at=AWARE,
+            )
+
+
+class TestWithData:
+    def test_replaces_only_data(self) -> None:
+        """with_data keeps id, model and prompt and swaps the data."""
+        base = Session("s", model="m", system_prompt="p", data="1")
+        assert base.with_data('{"a": 2}') == Session(
+            "s", model="m", system_prompt="p", data='{"a": 2}'
+        )
+        assert base.with_data(None).data is None
+        assert base.data == "1"
+
+    def test_validates_new_data(self) -> None:
+        """Invalid JSON or a non-str is refused just as at construction."""
+        with pytest.raises(ValueError, match=r"^data must be JSON text"):
+            Session("s").with_data("{")
+        with pytest.raises(TypeError, match=r"^data must be a str"):
+            Session("s").with_data(3)  # type: ignore[arg-type]

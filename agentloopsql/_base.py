@@ -1,0 +1,301 @@
+"""The public API both SQL stores share: argument checks, then one backend call each.
+
+A backend supplies an :class:`Ops` (one synchronous function per operation,
+run against a driver connection) and ``_run``, which executes such a function
+off the trio thread with all-or-nothing cancellation.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+
+from agentloop import (
+    FinalizeSummary,
+    RunStep,
+    Session,
+    SessionInfo,
+    StoreClosedError,
+    validate_n,
+    validate_session_id,
+)
+from agentloop._validate import preview
+
+if TYPE_CHECKING:
+    from typing import Self
+
+ConnT = TypeVar("ConnT")
+ConnT_contra = TypeVar("ConnT_contra", contravariant=True)
+R = TypeVar("R")
+
+_keys = random.Random()
+
+# Windows wider than this are "everything": SQL LIMITs are signed 64-bit.
+_MAX_WINDOW = 2**62
+
+
+def new_key() -> int:
+    """A random 63-bit key: after a lost connection, it tells whether a write landed."""
+    return _keys.getrandbits(63)
+
+
+class Ops(Protocol[ConnT_contra]):
+    """One synchronous function per operation; each is a single transaction's work."""
+
+    def append(self, conn: ConnT_contra, step: RunStep, key: int) -> None: ...
+    def append_landed(self, conn: ConnT_contra, session_id: str, key: int) -> bool: ...
+    def last_n(self, conn: ConnT_contra, session_id: str, n: int) -> list[RunStep]: ...
+    def all(self, conn: ConnT_contra, session_id: str) -> list[RunStep]: ...
+    def get(self, conn: ConnT_contra, session_id: str) -> Session | None: ...
+    def exists(self, conn: ConnT_contra, session_id: str) -> bool: ...
+    def update_data(self, conn: ConnT_contra, session_id: str, snapshot: str | None) -> None: ...
+    def put(self, conn: ConnT_contra, session: Session) -> None: ...
+    def finalize(
+        self, conn: ConnT_contra, session_id: str, summary: FinalizeSummary, key: int
+    ) -> None: ...
+    def finalize_landed(self, conn: ConnT_contra, session_id: str, key: int) -> bool: ...
+    def final(self, conn: ConnT_contra, session_id: str) -> FinalizeSummary | None: ...
+    def list_sessions(self, conn: ConnT_contra, limit: int) -> list[SessionInfo]: ...
+    def delete_session(self, conn: ConnT_contra, session_id: str) -> bool: ...
+
+
+class SqlStoreBase(Generic[ConnT]):
+    """Both protocols and every optional capability over one SQL backend.
+
+    Every method validates its arguments on the trio thread (``TypeError``,
+    ``ValueError``; nothing is sent), then runs one transaction off it.
+    """
+
+    _ops: Ops[ConnT]
+    _closed: bool
+
+    async def _run(
+        self,
+        fn: Callable[[ConnT], R],
+        *,
+        write: bool,
+        landed: Callable[[ConnT], bool] | None = None,
+        item: object = None,
+    ) -> R:
+        """Run ``fn`` as one transaction off the trio thread.
+
+        ``landed`` (for non-idempotent writes) tells, on a fresh connection,
+        whether an attempt whose outcome was lost with its connection committed.
+        ``item`` is what a backend may batch instead of calling ``fn`` (the
+        ``(step, key)`` of an append).
+        """
+        raise NotImplementedError
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"{type(self).__name__} is closed")
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the store; every later call raises ``StoreClosedError``. Idempotent."""
+        raise NotImplementedError
+
+    # -- StepStore ---------------------------------------------------------
+
+    async def append(self, step: RunStep) -> None:
+        """Append ``step`` after every step of its session that was appended before.
+
+        Committed when it returns (see the class docstring for what survives what).
+
+        Raises:
+            TypeError: ``step`` is not a ``RunStep``.
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed; the step was not stored (unless
+                the message says the outcome is unknown: see the class docstring).
+
+        **Cancellation handling**: all-or-nothing, as described on the class.
+        """
+        if not isinstance(step, RunStep):
+            raise TypeError(f"step must be a RunStep, got {preview(step)}")
+        key = new_key()
+        ops = self._ops
+        await self._run(
+            lambda conn: ops.append(conn, step, key),
+            write=True,
+            landed=lambda conn: ops.append_landed(conn, step.session_id, key),
+            item=(step, key),
+        )
+
+    async def last_n(self, session_id: str, n: int) -> list[RunStep]:
+        """The newest ``n`` steps of the session, oldest first; ``[]`` for an unknown session.
+
+        Reads an index backwards: the cost grows with ``n``, not with the history.
+
+        Raises:
+            TypeError: ``n`` is not an int (``bool`` included), or the id is not a str.
+            ValueError: ``n`` < 1, or the id is empty or holds NUL.
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed.
+
+        **Cancellation handling**: all-or-nothing, as described on the class.
+        """
+        validate_n(n)
+        validate_session_id(session_id)
+        window = min(n, _MAX_WINDOW)
+        ops = self._ops
+        return await self._run(lambda conn: ops.last_n(conn, session_id, window), write=False)
+
+    async def all(self, session_id: str) -> list[RunStep]:
+        """Every step of the session in insertion order; ``[]`` for an unknown session.
+
+        Raises:
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed.
+
+        **Cancellation handling**: all-or-nothing, as described on the class.
+        """
+        validate_session_id(session_id)
+        ops = self._ops
+        return await self._run(lambda conn: ops.all(conn, session_id), write=False)
+
+    # -- SessionStore ------------------------------------------------------
+
+    async def get(self, session_id: str) -> Session:
+        """The stored session, or ``Session(id=session_id)`` when unknown; creates nothing.
+
+        Raises:
+            TypeError, ValueError: the id is not a non-empty str without NUL.
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed.
+
+        **Cancellation handling**: all-or-nothing, as described on the class.
+        """
+        validate_session_id(session_id)
+        ops = self._ops
+        found = await self._run(lambda conn: ops.get(conn, session_id), write=False)
+        return found if found is not None else Session(id=session_id)
+
+    async def exists(self, session_id: str) -> bool:
+        """Whether a write (``put``, ``update_data``, ``finalize``) brought the session into being.
+
+        Appending steps alone does not. Creates nothing.
+
+        Raises:
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed.
+
+        **Cancellation handling**: all-or-nothing, as described on the class.
+        """
+        validate_session_id(session_id)
+        ops = self._ops
+        return await self._run(lambda conn: ops.exists(conn, session_id), write=False)
+
+    async def update_data(self, session_id: str, snapshot: str | None) -> None:
+        """Replace the session's data with ``snapshot`` (JSON text, or ``None`` to clear it).
+
+        Raises:
+            TypeError: ``snapshot`` is neither ``str`` nor ``None``.
+            ValueError: ``snapshot`` is not JSON text; nothing is written.
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed; nothing was written.
+
+        **Cancellation handling**: all-or-nothing, as described on the class.
+        """
+        validate_session_id(session_id)
+        if snapshot is not None and not isinstance(snapshot, str):
+            raise TypeError(f"snapshot must be JSON text or None, got {preview(snapshot)}")
+        self._check_open()
+        Session(session_id, data=snapshot)  # validates the JSON, naming the field "data"
+        ops = self._ops
+        await self._run(lambda conn: ops.update_data(conn, session_id, snapshot), write=True)
+
+    async def finalize(self, session_id: str, summary: FinalizeSummary) -> None:
+        """Record ``summary`` as the session's latest run; the data snapshot is kept.
+
+        Raises:
+            TypeError: ``summary`` is not a ``FinalizeSummary``.
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed; nothing was written.
+
+        **Cancellation handling**: all-or-nothing, as described on the class.
+        """
+        validate_session_id(session_id)
+        if not isinstance(summary, FinalizeSummary):
+            raise TypeError(f"summary must be a FinalizeSummary, got {preview(summary)}")
+        key = new_key()
+        ops = self._ops
+        await self._run(
+            lambda conn: ops.finalize(conn, session_id, summary, key),
+            write=True,
+            landed=lambda conn: ops.finalize_landed(conn, session_id, key),
+        )
+
+    # -- optional capabilities ---------------------------------------------
+
+    async def put(self, session: Session) -> None:
+        """Store ``session`` whole (model, system prompt, data); its summaries are kept.
+
+        Raises:
+            TypeError: ``session`` is not a ``Session``.
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed; nothing was written.
+
+        **Cancellation handling**: all-or-nothing, as described on the class.
+        """
+        if not isinstance(session, Session):
+            raise TypeError(f"session must be a Session, got {preview(session)}")
+        ops = self._ops
+        await self._run(lambda conn: ops.put(conn, session), write=True)
+
+    async def final(self, session_id: str) -> FinalizeSummary | None:
+        """The latest ``finalize`` summary, or ``None`` if the session never finalized.
+
+        Raises:
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed.
+
+        **Cancellation handling**: all-or-nothing, as described on the class.
+        """
+        validate_session_id(session_id)
+        ops = self._ops
+        return await self._run(lambda conn: ops.final(conn, session_id), write=False)
+
+    async def list_sessions(self, *, limit: int = 100) -> list[SessionInfo]:
+        """At most ``limit`` sessions, the most recently written first.
+
+        Recency is a store-assigned write sequence, so clocks that tie or step
+        backwards cannot reorder it.
+
+        Raises:
+            TypeError, ValueError: ``limit`` is not an int >= 1.
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed.
+
+        **Cancellation handling**: all-or-nothing, as described on the class.
+        """
+        validate_n(limit, "limit")
+        window = min(limit, _MAX_WINDOW)
+        ops = self._ops
+        return await self._run(lambda conn: ops.list_sessions(conn, window), write=False)
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Drop the session, its steps and its summaries in one transaction.
+
+        Returns ``True`` if the store held anything for the session.
+
+        Raises:
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed; nothing was deleted.
+
+        **Cancellation handling**: all-or-nothing, as described on the class.
+        """
+        validate_session_id(session_id)
+        ops = self._ops
+        return await self._run(lambda conn: ops.delete_session(conn, session_id), write=True)

@@ -1,0 +1,186 @@
+"""The SQL of every ``PostgresStore`` operation, one autocommit statement each.
+
+Each operation is a single statement, so it is its own transaction: it
+commits whole or not at all. Imported only once psycopg is known to be installed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from agentloop import FinalizeSummary, RunStep, Session, SessionInfo
+from agentloopsql import _codec
+from agentloopsql._pg_schema import render
+
+if TYPE_CHECKING:
+    import psycopg
+
+    Conn = psycopg.Connection[Any]
+
+_STEP_COLUMNS = (
+    "session_id, step_index, step_type, content, content_nul, tool_args::text, "
+    "duration_ms, prompt_tokens, completion_tokens, created_at"
+)
+_FINAL = ", ".join(_codec.FINAL_COLUMNS)
+
+_QUERIES = {
+    "append": (
+        "INSERT INTO {s}.steps (session_id, step_index, step_type, content, content_nul, "
+        "tool_args, duration_ms, prompt_tokens, completion_tokens, created_at, append_key) "
+        "VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s)"
+    ),
+    "append_landed": "SELECT 1 FROM {s}.steps WHERE session_id = %s AND append_key = %s LIMIT 1",
+    "last_n": (
+        f"SELECT {_STEP_COLUMNS} FROM {{s}}.steps WHERE session_id = %s ORDER BY seq DESC LIMIT %s"
+    ),
+    "all": f"SELECT {_STEP_COLUMNS} FROM {{s}}.steps WHERE session_id = %s ORDER BY seq",
+    "get": "SELECT model, system_prompt, system_prompt_nul, data::text FROM {s}.sessions "
+    "WHERE id = %s",
+    "exists": "SELECT 1 FROM {s}.sessions WHERE id = %s",
+    "update_data": (
+        "INSERT INTO {s}.sessions (id, system_prompt, data, created_at, updated_at, write_seq) "
+        "VALUES (%(id)s, '', %(data)s::jsonb, %(now)s, %(now)s, nextval('{s}.session_writes')) "
+        "ON CONFLICT (id) DO UPDATE SET data = EXCLUDED.data, "
+        "updated_at = EXCLUDED.updated_at, write_seq = EXCLUDED.write_seq"
+    ),
+    "put": (
+        "INSERT INTO {s}.sessions (id, model, system_prompt, system_prompt_nul, data, "
+        "created_at, updated_at, write_seq) VALUES (%(id)s, %(model)s, %(prompt)s, "
+        "%(prompt_nul)s, %(data)s::jsonb, %(now)s, %(now)s, nextval('{s}.session_writes')) "
+        "ON CONFLICT (id) DO UPDATE SET model = EXCLUDED.model, "
+        "system_prompt = EXCLUDED.system_prompt, system_prompt_nul = EXCLUDED.system_prompt_nul, "
+        "data = EXCLUDED.data, updated_at = EXCLUDED.updated_at, write_seq = EXCLUDED.write_seq"
+    ),
+    "finalize": (
+        f"INSERT INTO {{s}}.sessions (id, system_prompt, {_FINAL}, final_key, step_total, "
+        "created_at, updated_at, write_seq) VALUES (%s, '', %s, %s, %s, %s, %s, %s, %s, %s, "
+        "%s, %s, nextval('{s}.session_writes')) ON CONFLICT (id) DO UPDATE SET "
+        + ", ".join(f"{column} = EXCLUDED.{column}" for column in _codec.FINAL_COLUMNS)
+        + ", final_key = EXCLUDED.final_key, "
+        "step_total = {s}.sessions.step_total + EXCLUDED.step_total, "
+        "updated_at = EXCLUDED.updated_at, write_seq = EXCLUDED.write_seq"
+    ),
+    "finalize_landed": "SELECT final_key = %s FROM {s}.sessions WHERE id = %s",
+    "final": f"SELECT {_FINAL} FROM {{s}}.sessions WHERE id = %s",
+    "list_sessions": (
+        "SELECT id, final_status, step_total, created_at, updated_at FROM {s}.sessions "
+        "ORDER BY write_seq DESC LIMIT %s"
+    ),
+    "delete_session": (
+        "WITH gone_steps AS (DELETE FROM {s}.steps WHERE session_id = %(id)s RETURNING 1), "
+        "gone_session AS (DELETE FROM {s}.sessions WHERE id = %(id)s RETURNING 1) "
+        "SELECT (SELECT count(*) FROM gone_steps) + (SELECT count(*) FROM gone_session)"
+    ),
+}
+
+
+def _step(row: tuple[Any, ...]) -> RunStep:
+    return RunStep(
+        session_id=row[0],
+        step_index=row[1],
+        step_type=row[2],
+        content=_codec.join_nul(row[3], row[4]),
+        tool_args=row[5],
+        duration_ms=row[6],
+        prompt_tokens=row[7],
+        completion_tokens=row[8],
+        created_at=_codec.as_utc(row[9]),
+    )
+
+
+def step_params(step: RunStep, key: int | None) -> tuple[object, ...]:
+    """The parameters of the ``append`` statement for ``step``."""
+    content, content_nul = _codec.split_nul(step.content)
+    return (
+        step.session_id,
+        step.step_index,
+        step.step_type.value,
+        content,
+        content_nul,
+        step.tool_args,
+        step.duration_ms,
+        step.prompt_tokens,
+        step.completion_tokens,
+        step.created_at,
+        key,
+    )
+
+
+class PgOps:
+    """The statements of one schema, rendered once at open."""
+
+    def __init__(self, conn: Conn, schema: str) -> None:
+        self.q = {name: render(conn, schema, text) for name, text in _QUERIES.items()}
+        self._many: dict[int, str] = {}
+
+    def append(self, conn: Conn, step: RunStep, key: int) -> None:
+        conn.execute(self.q["append"], step_params(step, key))
+
+    def append_many(self, conn: Conn, items: list[tuple[RunStep, int]]) -> None:
+        """All of ``items`` in one multi-row INSERT: one statement, all rows or none, in order."""
+        query = self._many.get(len(items))
+        if query is None:
+            head, _, row = self.q["append"].partition(" VALUES ")
+            query = self._many[len(items)] = f"{head} VALUES {', '.join([row] * len(items))}"
+        conn.execute(query, [value for step, key in items for value in step_params(step, key)])
+
+    def append_landed(self, conn: Conn, session_id: str, key: int) -> bool:
+        return conn.execute(self.q["append_landed"], (session_id, key)).fetchone() is not None
+
+    def last_n(self, conn: Conn, session_id: str, n: int) -> list[RunStep]:
+        rows = conn.execute(self.q["last_n"], (session_id, n)).fetchall()
+        rows.reverse()
+        return [_step(row) for row in rows]
+
+    def all(self, conn: Conn, session_id: str) -> list[RunStep]:
+        return [_step(row) for row in conn.execute(self.q["all"], (session_id,)).fetchall()]
+
+    def get(self, conn: Conn, session_id: str) -> Session | None:
+        row = conn.execute(self.q["get"], (session_id,)).fetchone()
+        if row is None:
+            return None
+        model, prompt, prompt_nul, data = row
+        return Session(session_id, model, _codec.join_nul(prompt, prompt_nul), data)
+
+    def exists(self, conn: Conn, session_id: str) -> bool:
+        return conn.execute(self.q["exists"], (session_id,)).fetchone() is not None
+
+    def update_data(self, conn: Conn, session_id: str, snapshot: str | None) -> None:
+        params = {"id": session_id, "data": snapshot, "now": _codec.now()}
+        conn.execute(self.q["update_data"], params)
+
+    def put(self, conn: Conn, session: Session) -> None:
+        prompt, prompt_nul = _codec.split_nul(session.system_prompt)
+        params = {
+            "id": session.id,
+            "model": session.model,
+            "prompt": prompt,
+            "prompt_nul": prompt_nul,
+            "data": session.data,
+            "now": _codec.now(),
+        }
+        conn.execute(self.q["put"], params)
+
+    def finalize(self, conn: Conn, session_id: str, summary: FinalizeSummary, key: int) -> None:
+        now = _codec.now()
+        params = (session_id, *_codec.final_params(summary), key, summary.step_count, now, now)
+        conn.execute(self.q["finalize"], params)
+
+    def finalize_landed(self, conn: Conn, session_id: str, key: int) -> bool:
+        row = conn.execute(self.q["finalize_landed"], (key, session_id)).fetchone()
+        return row is not None and bool(row[0])
+
+    def final(self, conn: Conn, session_id: str) -> FinalizeSummary | None:
+        row = conn.execute(self.q["final"], (session_id,)).fetchone()
+        return _codec.final_from_row(row) if row is not None else None
+
+    def list_sessions(self, conn: Conn, limit: int) -> list[SessionInfo]:
+        rows = conn.execute(self.q["list_sessions"], (limit,)).fetchall()
+        return [
+            _codec.info(sid, status, total, _codec.as_utc(c), _codec.as_utc(u))
+            for sid, status, total, c, u in rows
+        ]
+
+    def delete_session(self, conn: Conn, session_id: str) -> bool:
+        row = conn.execute(self.q["delete_session"], {"id": session_id}).fetchone()
+        return row is not None and int(row[0]) > 0

@@ -1,0 +1,138 @@
+"""The PostgreSQL schema, its versions, and the migration every store runs on open.
+
+Imported only once psycopg is known to be installed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import TYPE_CHECKING, Any
+
+from psycopg import sql
+
+from agentloop import StoreError
+from agentloop._validate import preview
+
+if TYPE_CHECKING:
+    import psycopg
+
+# Lower-case, unquoted-safe names only: the schema name is spliced into SQL
+# (as a quoted identifier), so it must never be arbitrary input.
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+# Each entry migrates from version i to i + 1; ``{s}`` is the quoted schema.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """
+        CREATE TABLE {s}.sessions (
+            id text COLLATE "C" PRIMARY KEY,
+            model text NOT NULL DEFAULT '',
+            system_prompt text,
+            system_prompt_nul bytea,
+            data jsonb,
+            final_status text,
+            final_prompt_tokens integer,
+            final_completion_tokens integer,
+            final_step_count integer,
+            final_duration_ms integer,
+            final_data_bytes bigint,
+            final_key bigint,
+            step_total bigint NOT NULL DEFAULT 0,
+            created_at timestamptz NOT NULL,
+            updated_at timestamptz NOT NULL,
+            write_seq bigint NOT NULL,
+            CHECK ((system_prompt IS NULL) <> (system_prompt_nul IS NULL))
+        )
+        """,
+        "CREATE INDEX sessions_by_write ON {s}.sessions (write_seq)",
+        "CREATE SEQUENCE {s}.session_writes",
+        """
+        CREATE TABLE {s}.steps (
+            seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            session_id text COLLATE "C" NOT NULL,
+            step_index integer NOT NULL,
+            step_type text NOT NULL,
+            content text,
+            content_nul bytea,
+            tool_args jsonb NOT NULL,
+            duration_ms integer NOT NULL,
+            prompt_tokens integer NOT NULL,
+            completion_tokens integer NOT NULL,
+            created_at timestamptz NOT NULL,
+            append_key bigint,
+            CHECK ((content IS NULL) <> (content_nul IS NULL))
+        )
+        """,
+        "CREATE INDEX steps_by_session ON {s}.steps (session_id, seq)",
+    ),
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def validate_schema(name: object) -> str:
+    """Check a schema name: 1-63 of ``[a-z0-9_]``, not starting with a digit.
+
+    Raises:
+        TypeError: ``name`` is not a ``str``.
+        ValueError: ``name`` is not such a name.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"schema must be a str, got {preview(name)}")
+    if not _SCHEMA_NAME.fullmatch(name):
+        raise ValueError(
+            "schema must be 1-63 characters of a-z, 0-9 and _, not starting with a digit, "
+            f"got {preview(name)}"
+        )
+    return name
+
+
+def lock_key(schema: str) -> int:
+    """The advisory-lock key that serializes migrations of ``schema``."""
+    digest = hashlib.blake2b(f"agentloopsql:{schema}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def render(conn: psycopg.Connection[Any], schema: str, text: str) -> str:
+    """``text`` with ``{s}`` replaced by the quoted schema identifier."""
+    return sql.SQL(text).format(s=sql.Identifier(schema)).as_string(conn)
+
+
+def migrate(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Create or upgrade ``schema`` to :data:`SCHEMA_VERSION` in one transaction.
+
+    Holds a transaction-scoped advisory lock keyed on the schema name, so of
+    several processes opening at once one migrates and the others wait, then
+    find the work done. Idempotent.
+
+    Raises:
+        StoreError: the schema is newer than this version of agentloopsql.
+        psycopg.Error: PostgreSQL refused; nothing was changed.
+    """
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(schema),))
+        conn.execute(render(conn, schema, "CREATE SCHEMA IF NOT EXISTS {s}"))
+        conn.execute(
+            render(conn, schema, "CREATE TABLE IF NOT EXISTS {s}.schema_version (version integer)")
+        )
+        select = render(conn, schema, "SELECT version FROM {s}.schema_version")
+        row = conn.execute(select).fetchone()
+        if row is None:
+            conn.execute(render(conn, schema, "INSERT INTO {s}.schema_version VALUES (0)"))
+            version = 0
+        else:
+            version = int(row[0])
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"schema {schema!r} is version {version}, newer than this agentloopsql "
+                f"supports ({SCHEMA_VERSION}); upgrade agentloop"
+            )
+        if version == SCHEMA_VERSION:
+            return
+        for statements in MIGRATIONS[version:]:
+            for statement in statements:
+                conn.execute(render(conn, schema, statement))
+        conn.execute(
+            render(conn, schema, "UPDATE {s}.schema_version SET version = %s"), (SCHEMA_VERSION,)
+        )

@@ -1,0 +1,225 @@
+"""``PostgresStore``: both protocols over a PostgreSQL schema, via a psycopg pool.
+
+psycopg is imported lazily: ``import agentloopsql`` works without it, and
+``PostgresStore.open`` then names the extra to install.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import trio
+
+from agentloop import StoreError, StoreUnavailableError
+from agentloop._validate import preview
+from agentloopsql._base import SqlStoreBase
+from agentloopsql._worker import Workers
+
+if TYPE_CHECKING:
+    import psycopg
+    import psycopg_pool
+
+    from agentloopsql._pg_ops import PgOps
+
+    Conn = psycopg.Connection[Any]
+
+R = TypeVar("R")
+
+_MISSING = "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'agentloop[postgres]'"
+
+
+def _import_driver() -> None:
+    try:
+        import psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
+    except ImportError:
+        raise ImportError(_MISSING) from None
+
+
+class PostgresStore(SqlStoreBase["Conn"]):
+    """A durable, shared ``StepStore`` and ``SessionStore`` in one PostgreSQL schema.
+
+    Open with ``await PostgresStore.open(dsn)``. Implements both protocols and
+    every optional capability (``put``, ``final``, ``all``, ``list_sessions``,
+    ``delete_session``, ``aclose``); also an async context manager. Many
+    processes and machines may share one schema.
+
+    Calls queue to ``pool_size`` worker threads, each borrowing a connection
+    from a ``psycopg_pool.ConnectionPool``; more calls wait their turn. Every
+    operation is one autocommit statement, so it commits whole or not at all;
+    appends waiting together become one multi-row ``INSERT`` (one commit for
+    all of them, each caller answered after it).
+
+    **Durable when it returns** means PostgreSQL acknowledged the commit: with
+    the server's default ``synchronous_commit = on`` its WAL was flushed to
+    disk (and to synchronous standbys, if configured). A server running with
+    ``synchronous_commit = off`` or ``fsync = off`` weakens this; the store
+    cannot strengthen it.
+
+    **Connection loss** (a server restart, ``pg_terminate_backend``, a network
+    drop): the pool's idle connections are checked and the call is retried
+    once on a fresh connection. A write whose outcome was lost with its
+    connection is never blindly repeated: ``append`` and ``finalize`` carry a
+    random key and first look whether the lost attempt committed; ``put``,
+    ``update_data`` and ``delete_session`` are idempotent (a retried
+    ``delete_session`` may report ``False`` for what the lost attempt deleted).
+    If the retry fails too, the call raises ``StoreUnavailableError``: an
+    ``append`` or ``finalize`` then did not happen (its key says so) unless
+    the message says the outcome is unknown (the connection was lost a third
+    time, checking); the idempotent calls may be retried. Nothing is lost
+    silently.
+
+    **Cancellation handling**: a call cancelled while still queued for a
+    worker raises ``trio.Cancelled`` and did nothing. Once a worker has taken
+    it, the call runs to its end (the thread is never abandoned) and returns
+    normally; the cancellation is delivered at the caller's next checkpoint.
+    """
+
+    def __init__(
+        self, pool: psycopg_pool.ConnectionPool[Any], ops: PgOps, schema: str, size: int
+    ) -> None:
+        """Use :meth:`open`."""
+        from agentloopsql._pg_exec import PgExecutor
+
+        self._pool = pool
+        self._ops = ops
+        self._schema = schema
+        self._workers: Workers[None] = Workers(PgExecutor(pool, ops), size, "PostgresStore")
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        dsn: str,
+        *,
+        schema: str | None = None,
+        pool_size: int = 8,
+        pool_timeout: float = 30.0,
+    ) -> PostgresStore:
+        """Connect to ``dsn``, then create or migrate the store's tables in ``schema``.
+
+        ``schema`` (``[a-z_][a-z0-9_]*``, at most 63 characters) isolates
+        this store's tables, so several apps or test runs can share one
+        database; ``None`` uses the connection's current schema (usually
+        ``public``). ``pool_size`` connections are opened; ``pool_timeout`` is how
+        long, in seconds, a call waits for a connection before giving up.
+
+        Raises:
+            ImportError: psycopg is not installed (``pip install 'agentloop[postgres]'``).
+            TypeError, ValueError: a bad ``dsn``, ``schema``, ``pool_size`` or ``pool_timeout``.
+            StoreError: the schema is newer than this version supports.
+            StoreUnavailableError: the server could not be reached or refused the migration.
+
+        **Cancellation handling**: a cancelled open closes the pool it opened and
+        raises ``trio.Cancelled``; a migration under way commits or rolls back whole.
+        """
+        _import_driver()
+        from agentloopsql._pg_schema import validate_schema
+
+        if not isinstance(dsn, str):
+            raise TypeError(f"dsn must be a str, got {preview(dsn)}")
+        if schema is not None:
+            validate_schema(schema)
+        if not isinstance(pool_size, int) or isinstance(pool_size, bool):
+            raise TypeError(f"pool_size must be an int >= 1, got {preview(pool_size)}")
+        if pool_size < 1:
+            raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
+        if not isinstance(pool_timeout, int | float) or isinstance(pool_timeout, bool):
+            raise TypeError(
+                f"pool_timeout must be a number of seconds, got {preview(pool_timeout)}"
+            )
+        if pool_timeout <= 0:
+            raise ValueError(f"pool_timeout must be > 0 seconds, got {pool_timeout!r}")
+        timeout = float(pool_timeout)
+        pool = _new_pool(dsn, pool_size, timeout)
+        try:
+            name, ops = await trio.to_thread.run_sync(_start, pool, schema, timeout)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(pool.close)
+            raise
+        return cls(pool, ops, name, pool_size)
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema holding this store's tables."""
+        return self._schema
+
+    async def _run(
+        self,
+        fn: Callable[[Conn], R],
+        *,
+        write: bool,
+        landed: Callable[[Conn], bool] | None = None,
+        item: object = None,
+    ) -> R:
+        return await self._workers.call(fn, write=write, landed=landed, item=item)
+
+    async def aclose(self) -> None:
+        """Wait for calls under way, then close every pooled connection; idempotent.
+
+        Later calls raise ``StoreClosedError``.
+
+        **Cancellation handling**: shielded; once called, the store ends closed.
+        """
+        self._closed = True
+        await self._workers.close()  # every call under way finishes first
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(self._pool.close)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<PostgresStore schema={self._schema!r} ({state})>"
+
+
+def _new_pool(dsn: str, size: int, timeout: float) -> psycopg_pool.ConnectionPool[Any]:
+    import psycopg
+    import psycopg_pool
+
+    try:
+        given = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise ValueError(f"dsn is not a valid PostgreSQL connection string: {exc}") from None
+    kwargs: dict[str, Any] = {"autocommit": True}
+    if "application_name" not in given and not os.environ.get("PGAPPNAME"):
+        kwargs["application_name"] = "agentloopsql"
+    return psycopg_pool.ConnectionPool(
+        dsn,
+        min_size=size,
+        max_size=size,
+        kwargs=kwargs,
+        configure=_configure,
+        open=False,
+        timeout=timeout,
+        name="agentloopsql",
+    )
+
+
+def _configure(conn: Conn) -> None:
+    conn.execute("SET TIME ZONE 'UTC'")
+
+
+def _start(pool: psycopg_pool.ConnectionPool[Any], schema: str | None, timeout: float) -> Any:
+    """Open the pool and migrate; runs in a worker thread."""
+    import psycopg
+    import psycopg_pool
+
+    from agentloopsql._pg_ops import PgOps
+    from agentloopsql._pg_schema import migrate, validate_schema
+
+    try:
+        pool.open(wait=True, timeout=timeout)
+        with pool.connection() as conn:
+            if schema is None:
+                row = conn.execute("SELECT current_schema()").fetchone()
+                if row is None or row[0] is None:
+                    raise StoreError("the connection has no current schema; pass schema=")
+                schema = validate_schema(row[0])
+            migrate(conn, schema)
+            return schema, PgOps(conn, schema)
+    except psycopg_pool.PoolTimeout as exc:
+        raise StoreUnavailableError(f"could not connect to PostgreSQL: {exc}", exc) from exc
+    except psycopg.Error as exc:
+        raise StoreUnavailableError(f"PostgreSQL refused to open the store: {exc}", exc) from exc

@@ -1,0 +1,277 @@
+"""``SqliteStore``: both protocols over one SQLite file, one connection thread."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from agentloop import FinalizeSummary, RunStep, Session, SessionInfo
+from agentloop._validate import preview
+from agentloopsql import _codec
+from agentloopsql._base import SqlStoreBase
+from agentloopsql._sqlite_exec import SqliteExecutor
+from agentloopsql._sqlite_schema import SYNCHRONOUS, connect
+from agentloopsql._worker import Workers
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+R = TypeVar("R")
+
+_STEP_COLUMNS = (
+    "session_id, step_index, step_type, content, tool_args, "
+    "duration_ms, prompt_tokens, completion_tokens, created_us"
+)
+_INSERT_STEP = f"INSERT INTO steps ({_STEP_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_NEXT_WRITE = "(SELECT coalesce(max(write_seq), 0) + 1 FROM sessions)"
+_FINAL = ", ".join(_codec.FINAL_COLUMNS)
+
+
+def step_params(step: RunStep) -> tuple[object, ...]:
+    """The values of one ``steps`` row, in ``_STEP_COLUMNS`` order."""
+    return (
+        step.session_id,
+        step.step_index,
+        step.step_type.value,
+        step.content,
+        step.tool_args,
+        step.duration_ms,
+        step.prompt_tokens,
+        step.completion_tokens,
+        _codec.to_micros(step.created_at),
+    )
+
+
+def _step(row: tuple[Any, ...]) -> RunStep:
+    return RunStep(
+        session_id=row[0],
+        step_index=row[1],
+        step_type=row[2],
+        content=row[3],
+        tool_args=row[4],
+        duration_ms=row[5],
+        prompt_tokens=row[6],
+        completion_tokens=row[7],
+        created_at=_codec.from_micros(row[8]),
+    )
+
+
+class SqliteOps:
+    """The SQL of every operation; each runs inside the connection thread's transaction."""
+
+    def append(self, conn: sqlite3.Connection, step: RunStep, key: int) -> None:
+        conn.execute(_INSERT_STEP, step_params(step))
+
+    def append_landed(self, conn: sqlite3.Connection, session_id: str, key: int) -> bool:
+        return False  # SQLite never loses a connection mid-call: no outcome is ever unknown
+
+    def last_n(self, conn: sqlite3.Connection, session_id: str, n: int) -> list[RunStep]:
+        rows = conn.execute(
+            f"SELECT {_STEP_COLUMNS} FROM steps WHERE session_id = ? ORDER BY seq DESC LIMIT ?",
+            (session_id, n),
+        ).fetchall()
+        rows.reverse()
+        return [_step(row) for row in rows]
+
+    def all(self, conn: sqlite3.Connection, session_id: str) -> list[RunStep]:
+        rows = conn.execute(
+            f"SELECT {_STEP_COLUMNS} FROM steps WHERE session_id = ? ORDER BY seq", (session_id,)
+        ).fetchall()
+        return [_step(row) for row in rows]
+
+    def get(self, conn: sqlite3.Connection, session_id: str) -> Session | None:
+        row = conn.execute(
+            "SELECT model, system_prompt, data FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        return Session(id=session_id, model=row[0], system_prompt=row[1], data=row[2])
+
+    def exists(self, conn: sqlite3.Connection, session_id: str) -> bool:
+        row = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        return row is not None
+
+    def update_data(self, conn: sqlite3.Connection, session_id: str, snapshot: str | None) -> None:
+        conn.execute(
+            "INSERT INTO sessions (id, data, created_us, updated_us, write_seq) "
+            f"VALUES (?1, ?2, ?3, ?3, {_NEXT_WRITE}) "
+            "ON CONFLICT (id) DO UPDATE SET data = excluded.data, "
+            "updated_us = excluded.updated_us, write_seq = excluded.write_seq",
+            (session_id, snapshot, _codec.to_micros(_codec.now())),
+        )
+
+    def put(self, conn: sqlite3.Connection, session: Session) -> None:
+        conn.execute(
+            "INSERT INTO sessions (id, model, system_prompt, data, created_us, updated_us, "
+            f"write_seq) VALUES (?1, ?2, ?3, ?4, ?5, ?5, {_NEXT_WRITE}) "
+            "ON CONFLICT (id) DO UPDATE SET model = excluded.model, "
+            "system_prompt = excluded.system_prompt, data = excluded.data, "
+            "updated_us = excluded.updated_us, write_seq = excluded.write_seq",
+            (
+                session.id,
+                session.model,
+                session.system_prompt,
+                session.data,
+                _codec.to_micros(_codec.now()),
+            ),
+        )
+
+    def finalize(
+        self, conn: sqlite3.Connection, session_id: str, summary: FinalizeSummary, key: int
+    ) -> None:
+        conn.execute(
+            f"INSERT INTO sessions (id, {_FINAL}, step_total, created_us, updated_us, write_seq) "
+            f"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?5, ?8, ?8, {_NEXT_WRITE}) "
+            "ON CONFLICT (id) DO UPDATE SET "
+            + ", ".join(f"{column} = excluded.{column}" for column in _codec.FINAL_COLUMNS)
+            + ", step_total = sessions.step_total + excluded.step_total, "
+            "updated_us = excluded.updated_us, write_seq = excluded.write_seq",
+            (session_id, *_codec.final_params(summary), _codec.to_micros(_codec.now())),
+        )
+
+    def finalize_landed(self, conn: sqlite3.Connection, session_id: str, key: int) -> bool:
+        return False  # see append_landed
+
+    def final(self, conn: sqlite3.Connection, session_id: str) -> FinalizeSummary | None:
+        row = conn.execute(f"SELECT {_FINAL} FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        return _codec.final_from_row(row) if row is not None else None
+
+    def list_sessions(self, conn: sqlite3.Connection, limit: int) -> list[SessionInfo]:
+        rows = conn.execute(
+            "SELECT id, final_status, step_total, created_us, updated_us FROM sessions "
+            "ORDER BY write_seq DESC LIMIT ?",
+            (limit,),
+        ).fetchall()
+        return [
+            _codec.info(sid, status, total, _codec.from_micros(c), _codec.from_micros(u))
+            for sid, status, total, c, u in rows
+        ]
+
+    def delete_session(self, conn: sqlite3.Connection, session_id: str) -> bool:
+        steps = conn.execute("DELETE FROM steps WHERE session_id = ?", (session_id,)).rowcount
+        rows = conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount
+        return steps + rows > 0
+
+
+_OPS = SqliteOps()
+
+
+class SqliteStore(SqlStoreBase[sqlite3.Connection]):
+    """A durable ``StepStore`` and ``SessionStore`` in one SQLite file.
+
+    Open with ``await SqliteStore.open(path)``. Implements both protocols and
+    every optional capability (``put``, ``final``, ``all``, ``list_sessions``,
+    ``delete_session``, ``aclose``); also an async context manager.
+
+    One dedicated thread owns the store's ``sqlite3`` connection (WAL journal,
+    a busy timeout so processes sharing the file wait for each other). Writes
+    that are waiting when the thread wakes share one transaction and one
+    commit (group commit); every caller is answered only after that commit.
+
+    **Durable when it returns** means committed to the WAL with
+    ``synchronous=FULL`` (the default): the WAL is fsynced on every commit, so
+    a returned write survives a crash of the process, of the OS and a power
+    cut. ``synchronous="normal"`` skips that fsync: a returned write survives
+    the process being killed, but the last commits may be lost (never torn)
+    if the machine itself goes down.
+
+    Use the store from trio, in the run that opened it or later ones.
+
+    **Cancellation handling**: a call cancelled before the connection thread
+    has taken it raises ``trio.Cancelled`` and did nothing. Once taken, the
+    call always runs to its end (its transaction commits or rolls back whole)
+    and returns normally; the cancellation is delivered at the caller's next
+    checkpoint. The thread is never abandoned mid-write, so a store stays
+    usable after any cancellation.
+    """
+
+    _ops = _OPS
+
+    def __init__(self, path: str, workers: Workers[sqlite3.Connection]) -> None:
+        """Use :meth:`open`."""
+        self._path = path
+        self._workers = workers
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls, path: str | os.PathLike[str], *, synchronous: str = "full", busy_timeout: float = 5.0
+    ) -> SqliteStore:
+        """Open (creating if needed) the database at ``path`` and migrate it to this schema.
+
+        ``":memory:"`` gives a private in-memory database (for tests: nothing
+        survives ``aclose``). ``synchronous`` is ``"full"`` (default),
+        ``"normal"`` or ``"extra"``; see the class docstring. ``busy_timeout``
+        is how long, in seconds, a write waits for another process's lock.
+
+        Raises:
+            TypeError: ``path`` is not a str or path; a bad ``synchronous``/``busy_timeout``.
+            ValueError: ``path`` is empty; ``synchronous`` is not one of the choices above.
+            StoreError: the file's schema is newer than this version supports.
+            StoreUnavailableError: SQLite could not open or migrate the file.
+
+        **Cancellation handling**: a cancelled open closes what it opened and
+        raises ``trio.Cancelled``; a migration already under way finishes or
+        rolls back whole.
+        """
+        if not isinstance(path, str | os.PathLike):
+            raise TypeError(f"path must be a str or os.PathLike, got {preview(path)}")
+        name = os.fspath(path)
+        if not isinstance(name, str):
+            raise TypeError(f"path must name a file as str, got {preview(name)}")
+        if not name:
+            raise ValueError("path must name a file (or be ':memory:'), got ''")
+        if not isinstance(synchronous, str):
+            raise TypeError(f"synchronous must be a str, got {preview(synchronous)}")
+        if synchronous.lower() not in SYNCHRONOUS:
+            raise ValueError(f"synchronous must be one of {SYNCHRONOUS}, got {synchronous!r}")
+        if not isinstance(busy_timeout, int | float) or isinstance(busy_timeout, bool):
+            raise TypeError(
+                f"busy_timeout must be a number of seconds, got {preview(busy_timeout)}"
+            )
+        if busy_timeout < 0:
+            raise ValueError(f"busy_timeout must be >= 0 seconds, got {busy_timeout!r}")
+        mode = synchronous.lower()
+        timeout = float(busy_timeout)
+        executor = SqliteExecutor(lambda: connect(name, mode, timeout))
+        workers = Workers(executor, 1, "SqliteStore")
+        try:
+            await workers.call(_ready, write=False)
+        except BaseException:
+            await workers.close()
+            raise
+        return cls(name, workers)
+
+    @property
+    def path(self) -> str:
+        """The database file (or ``":memory:"``) this store was opened on."""
+        return self._path
+
+    async def _run(
+        self,
+        fn: Callable[[sqlite3.Connection], R],
+        *,
+        write: bool,
+        landed: Callable[[sqlite3.Connection], bool] | None = None,
+        item: object = None,
+    ) -> R:
+        return await self._workers.call(fn, write=write)
+
+    async def aclose(self) -> None:
+        """Finish every call already started, then close the connection; idempotent.
+
+        Later calls raise ``StoreClosedError``.
+
+        **Cancellation handling**: shielded; once called, the store ends closed.
+        """
+        self._closed = True
+        await self._workers.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<SqliteStore {self._path!r} ({state})>"
+
+
+def _ready(conn: sqlite3.Connection) -> None:
+    """The first job: reaching it proves the connection opened and migrated."""

@@ -1,0 +1,225 @@
+"""Worker threads that run a store's jobs off the trio thread, in batches.
+
+Trio tasks queue jobs (synchronous functions of a driver connection) and
+sleep without a thread hop of their own. A worker thread that wakes takes the
+job at the head of the queue and, when the executor allows it, every other
+queued job that can share its batch; the executor runs the batch (as one
+transaction, one commit) and sets each job's result. Results are handed back
+to trio only after that, so nothing a caller sees can still be rolled back.
+
+Cancellation: a job still queued when its caller is cancelled is removed and
+the caller gets ``trio.Cancelled`` (nothing happened). Once a worker has
+taken a job it always runs it to its end; the caller waits and returns the
+result normally (the cancellation is delivered at its next checkpoint). A
+worker is never abandoned mid-write.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import Any, Generic, Protocol, TypeVar
+
+import outcome
+import trio
+
+from agentloop import StoreClosedError, StoreError, StoreUnavailableError
+
+R = TypeVar("R")
+ConnT = TypeVar("ConnT")
+
+
+class Job(Generic[R]):
+    """One queued call: ``fn`` and what the executor may need to batch or recover it."""
+
+    __slots__ = ("fn", "item", "landed", "result", "taken", "task", "token", "write")
+
+    def __init__(
+        self,
+        fn: Callable[[Any], R],
+        write: bool,
+        landed: Callable[[Any], bool] | None,
+        item: object,
+    ) -> None:
+        self.fn = fn
+        self.write = write
+        self.landed = landed
+        self.item = item
+        self.task = trio.lowlevel.current_task()
+        self.token = trio.lowlevel.current_trio_token()
+        self.taken = False
+        self.result: outcome.Outcome[R] | None = None
+
+
+class Executor(Protocol[ConnT]):
+    """How one backend opens per-thread state and runs a batch of jobs."""
+
+    max_batch: int
+
+    def batchable(self, job: Job[Any]) -> bool:
+        """Whether ``job`` may share a batch with other batchable jobs."""
+        ...
+
+    def connect(self) -> ConnT:
+        """Per-thread state (a connection), made in the worker thread."""
+        ...
+
+    def run_batch(self, conn: ConnT, jobs: list[Job[Any]]) -> None:
+        """Run ``jobs`` and set every ``job.result``; must not raise."""
+        ...
+
+    def disconnect(self, conn: ConnT) -> None:
+        """Release what :meth:`connect` made."""
+        ...
+
+    def dead_error(self, exc: BaseException) -> StoreError:
+        """The error callers get once ``exc`` killed a worker (or its connect)."""
+        ...
+
+
+def _deliver(jobs: list[Job[Any]]) -> None:
+    for job in jobs:
+        assert job.result is not None
+        trio.lowlevel.reschedule(job.task, job.result)
+
+
+class Workers(Generic[ConnT]):
+    """``threads`` daemon threads serving one queue; see the module docstring."""
+
+    def __init__(self, executor: Executor[ConnT], threads: int, owner: str) -> None:
+        self._executor = executor
+        self._owner = owner
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: collections.deque[Job[Any]] = collections.deque()
+        self._closing = False
+        self._dead: BaseException | None = None
+        self._threads = [
+            threading.Thread(target=self._main, name=f"{owner} worker {n}", daemon=True)
+            for n in range(threads)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    async def call(
+        self,
+        fn: Callable[[Any], R],
+        *,
+        write: bool,
+        landed: Callable[[Any], bool] | None = None,
+        item: object = None,
+    ) -> R:
+        """Run ``fn(conn)`` on a worker thread and return its result.
+
+        What ``conn`` is, and what ``landed`` and ``item`` mean, is the executor's business.
+
+        Raises:
+            StoreClosedError: the store is closing or closed.
+            StoreError: whatever the executor reports for the job.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        job: Job[R] = Job(fn, write, landed, item)
+        with self._cond:
+            if self._closing:
+                raise StoreClosedError(f"{self._owner} is closed")
+            if self._dead is not None:
+                raise self._executor.dead_error(self._dead)
+            self._queue.append(job)
+            self._cond.notify()
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            with self._cond:
+                if job.taken:
+                    return trio.lowlevel.Abort.FAILED
+                self._queue.remove(job)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        # trio unwraps the outcome the worker hands back: a value, or the raise.
+        result: R = await trio.lowlevel.wait_task_rescheduled(abort)
+        return result
+
+    async def close(self) -> None:
+        """Run every job queued so far, then end the threads. Idempotent; shielded."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(self._join)
+
+    def _join(self) -> None:
+        for thread in self._threads:
+            thread.join()
+
+    # -- the threads -------------------------------------------------------
+
+    def _take(self) -> list[Job[Any]] | None:
+        """The next batch, or ``None`` once closing with nothing left; waits for work."""
+        executor = self._executor
+        with self._cond:
+            while not self._queue and not self._closing and self._dead is None:
+                self._cond.wait()
+            if not self._queue or self._dead is not None:
+                return None
+            head = self._queue.popleft()
+            batch = [head]
+            if executor.batchable(head) and self._queue:
+                rest: collections.deque[Job[Any]] = collections.deque()
+                while self._queue:
+                    job = self._queue.popleft()
+                    if len(batch) < executor.max_batch and executor.batchable(job):
+                        batch.append(job)
+                    else:
+                        rest.append(job)
+                self._queue = rest
+            for job in batch:
+                job.taken = True
+            return batch
+
+    def _main(self) -> None:
+        try:
+            conn = self._executor.connect()
+        except BaseException as exc:
+            self._die(exc)
+            return
+        running: list[Job[Any]] = []
+        try:
+            while (batch := self._take()) is not None:
+                running = batch
+                self._executor.run_batch(conn, batch)
+                running = []
+                self._hand_back(batch)
+        except BaseException as exc:  # a bug here must not leave callers asleep forever
+            for job in running:
+                if job.result is None:
+                    job.result = outcome.Error(self._executor.dead_error(exc))
+            self._hand_back(running)
+            self._die(exc)  # every caller gets the error, with exc as its cause
+        finally:
+            self._executor.disconnect(conn)
+
+    def _die(self, exc: BaseException) -> None:
+        with self._cond:
+            if self._dead is None:
+                self._dead = exc
+            orphans = list(self._queue)
+            self._queue.clear()
+            self._cond.notify_all()
+        for job in orphans:
+            job.result = outcome.Error(self._executor.dead_error(exc))
+        self._hand_back(orphans)
+
+    def _hand_back(self, jobs: list[Job[Any]]) -> None:
+        by_token: dict[trio.lowlevel.TrioToken, list[Job[Any]]] = {}
+        for job in jobs:
+            by_token.setdefault(job.token, []).append(job)
+        for token, mine in by_token.items():
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(_deliver, mine)
+
+
+def dead_worker_error(owner: str, exc: BaseException) -> StoreError:
+    """The default :meth:`Executor.dead_error`: store errors as they are, others wrapped."""
+    if isinstance(exc, StoreError):
+        return exc
+    return StoreUnavailableError(f"{owner}'s worker thread died: {exc!r}", exc)

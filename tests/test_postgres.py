@@ -1,0 +1,351 @@
+"""PostgresStore: schemas, migration, NUL and jsonb storage, connection loss, cancellation."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import AsyncIterator
+from functools import partial
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from _sql_support import drop_schema, fresh_schema, new_schema_name, pg_dsn
+
+from agentloop import (
+    FinalizeSummary,
+    RunStep,
+    Session,
+    SessionStore,
+    StepStore,
+    StoreClosedError,
+    StoreError,
+    StoreUnavailableError,
+    SupportsAclose,
+    SupportsAll,
+    SupportsDeleteSession,
+    SupportsFinal,
+    SupportsListSessions,
+    SupportsPut,
+)
+from agentloopsql import PostgresStore
+
+
+@pytest.fixture
+def dsn() -> str:
+    return pg_dsn()
+
+
+@pytest.fixture
+async def store(dsn: str) -> AsyncIterator[PostgresStore]:
+    async with fresh_schema(dsn) as schema:
+        pg = await PostgresStore.open(dsn, schema=schema, pool_size=2)
+        try:
+            yield pg
+        finally:
+            await pg.aclose()
+
+
+def raw(dsn: str, query: str, *params: object) -> list[tuple[Any, ...]]:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cur = conn.execute(query, params)  # type: ignore[arg-type]
+        return cur.fetchall() if cur.description else []
+
+
+def step(session: str, index: int, content: str = "") -> RunStep:
+    return RunStep(session, index, "tool_result", content=content)
+
+
+class TestOpen:
+    async def test_implements_every_protocol(self, store: PostgresStore) -> None:
+        """One object is a StepStore, a SessionStore and has every optional capability."""
+        for protocol in (
+            StepStore,
+            SessionStore,
+            SupportsPut,
+            SupportsFinal,
+            SupportsAll,
+            SupportsListSessions,
+            SupportsDeleteSession,
+            SupportsAclose,
+        ):
+            assert isinstance(store, protocol)
+
+    @pytest.mark.parametrize(
+        "schema", ["Public", "a-b", "x; DROP SCHEMA public", "", "1abc", "a" * 64, 'q"uote']
+    )
+    async def test_bad_schema_names_refused(self, dsn: str, schema: str) -> None:
+        """Schema names outside [a-z_][a-z0-9_]{0,62} are refused before connecting."""
+        with pytest.raises(ValueError, match=r"^schema must be"):
+            await PostgresStore.open(dsn, schema=schema)
+
+    async def test_bad_arguments(self, dsn: str) -> None:
+        """Bad dsn/pool arguments raise TypeError/ValueError naming the argument."""
+        with pytest.raises(TypeError, match=r"^dsn must be"):
+            await PostgresStore.open(b"postgresql://x")  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match=r"^pool_size must be"):
+            await PostgresStore.open(dsn, pool_size=0)
+        with pytest.raises(TypeError, match=r"^schema must be"):
+            await PostgresStore.open(dsn, schema=5)  # type: ignore[arg-type]
+
+    async def test_unreachable_server(self) -> None:
+        """A server that cannot be reached surfaces as StoreUnavailableError."""
+        with pytest.raises(StoreUnavailableError):
+            await PostgresStore.open(
+                "postgresql://nobody@127.0.0.1:1/none?connect_timeout=1", pool_timeout=0.5
+            )
+
+    async def test_without_psycopg(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Without psycopg installed, open fails with one line naming the extra."""
+        monkeypatch.setitem(sys.modules, "psycopg", None)
+        with pytest.raises(
+            ImportError, match=r"^PostgresStore needs psycopg .*agentloop\[postgres\]"
+        ):
+            await PostgresStore.open("postgresql://x")
+
+    async def test_schemas_isolate(self, dsn: str) -> None:
+        """Two stores in two schemas of one database never see each other's rows."""
+        async with (
+            fresh_schema(dsn) as one,
+            fresh_schema(dsn) as two,
+            await PostgresStore.open(dsn, schema=one, pool_size=1) as a,
+            await PostgresStore.open(dsn, schema=two, pool_size=1) as b,
+        ):
+            await a.append(step("s", 0))
+            await a.put(Session("s", model="a"))
+            assert await b.all("s") == []
+            assert not await b.exists("s")
+            assert await b.list_sessions() == []
+            assert a.schema == one
+            assert b.schema == two
+
+    async def test_default_schema_is_current_schema(self, dsn: str) -> None:
+        """schema=None puts the tables in the connection's current schema."""
+        async with fresh_schema(dsn) as schema:
+            raw(dsn, f'CREATE SCHEMA "{schema}"')
+            sep = "&" if "?" in dsn else "?"
+            scoped = f"{dsn}{sep}options=-csearch_path%3D{schema}"
+            async with await PostgresStore.open(scoped, pool_size=1) as pg:
+                assert pg.schema == schema
+                await pg.append(step("s", 0))
+            rows = raw(dsn, f'SELECT count(*) FROM "{schema}".steps')
+            assert rows == [(1,)]
+
+    async def test_concurrent_first_opens(self, dsn: str) -> None:
+        """Six stores creating one new schema at once all succeed (advisory lock)."""
+        async with fresh_schema(dsn) as schema:
+            stores: list[PostgresStore] = []
+
+            async def open_one() -> None:
+                stores.append(await PostgresStore.open(dsn, schema=schema, pool_size=1))
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(6):
+                    nursery.start_soon(open_one)
+            for pg in stores:
+                await pg.aclose()
+            assert raw(dsn, f'SELECT version FROM "{schema}".schema_version') == [(1,)]
+
+    async def test_newer_schema_refused(self, dsn: str) -> None:
+        """A schema migrated by a newer agentloopsql is refused with StoreError."""
+        async with fresh_schema(dsn) as schema:
+            await (await PostgresStore.open(dsn, schema=schema, pool_size=1)).aclose()
+            raw(dsn, f'UPDATE "{schema}".schema_version SET version = 99')
+            with pytest.raises(StoreError, match=r"newer than this agentloopsql supports"):
+                await PostgresStore.open(dsn, schema=schema, pool_size=1)
+
+
+class TestStorage:
+    async def test_nul_content_uses_bytea_twin(self, store: PostgresStore, dsn: str) -> None:
+        """Text with NUL goes to the bytea column; other text stays queryable TEXT."""
+        await store.append(step("s", 0, "plain"))
+        await store.append(step("s", 1, "with\x00nul"))
+        rows = raw(dsn, f'SELECT content, content_nul FROM "{store.schema}".steps ORDER BY seq')
+        assert rows == [("plain", None), (None, b"with\x00nul")]
+        assert [s.content for s in await store.all("s")] == ["plain", "with\x00nul"]
+
+    async def test_json_columns_are_jsonb(self, store: PostgresStore, dsn: str) -> None:
+        """tool_args and data are jsonb, queryable with JSON operators."""
+        await store.append(RunStep("s", 0, "summary", tool_args='{"retain_from_step": 4}'))
+        await store.update_data("s", '{"k": [1, 2]}')
+        q = f"SELECT (tool_args->>'retain_from_step')::int FROM \"{store.schema}\".steps"
+        assert raw(dsn, q) == [(4,)]
+        q = f"SELECT data->'k'->>1 FROM \"{store.schema}\".sessions"
+        assert raw(dsn, q) == [("2",)]
+
+    async def test_last_n_uses_the_index(self, store: PostgresStore, dsn: str) -> None:
+        """last_n's plan walks the (session_id, seq) index backwards."""
+        plan = raw(
+            dsn,
+            f"EXPLAIN SELECT seq FROM \"{store.schema}\".steps WHERE session_id = 'x' "
+            "ORDER BY seq DESC LIMIT 5",
+        )
+        assert "steps_by_session" in "\n".join(line for (line,) in plan)
+
+    async def test_closed_store_raises(self, dsn: str) -> None:
+        """After aclose every call raises StoreClosedError; aclose is idempotent."""
+        async with fresh_schema(dsn) as schema:
+            pg = await PostgresStore.open(dsn, schema=schema, pool_size=1)
+            await pg.aclose()
+            await pg.aclose()
+            with pytest.raises(StoreClosedError):
+                await pg.append(step("s", 0))
+            with pytest.raises(StoreClosedError):
+                await pg.list_sessions()
+
+
+def _backends(dsn: str, app: str) -> list[int]:
+    rows = raw(dsn, "SELECT pid FROM pg_stat_activity WHERE application_name = %s", app)
+    return [pid for (pid,) in rows]
+
+
+class TestConnectionLoss:
+    @pytest.fixture
+    async def app_store(self, dsn: str) -> AsyncIterator[tuple[PostgresStore, str]]:
+        app = new_schema_name()
+        sep = "&" if "?" in dsn else "?"
+        async with fresh_schema(dsn) as schema:
+            pg = await PostgresStore.open(
+                f"{dsn}{sep}application_name={app}", schema=schema, pool_size=3
+            )
+            try:
+                yield pg, app
+            finally:
+                await pg.aclose()
+
+    async def test_terminated_connections_are_retried(
+        self, app_store: tuple[PostgresStore, str], dsn: str
+    ) -> None:
+        """After pg_terminate_backend kills every pooled connection, calls still succeed."""
+        pg, app = app_store
+        for round_ in range(3):
+            await pg.append(step("s", round_))
+            pids = _backends(dsn, app)
+            assert pids
+            for pid in pids:
+                raw(dsn, "SELECT pg_terminate_backend(%s)", pid)
+            await pg.update_data("s", f"[{round_}]")
+        assert [s.step_index for s in await pg.all("s")] == [0, 1, 2]
+        assert (await pg.get("s")).data == "[2]"
+
+    async def test_lost_commit_is_not_repeated(self, app_store: tuple[PostgresStore, str]) -> None:
+        """An append that committed just before its connection died is not stored twice."""
+        pg, _ = app_store
+        ops = pg._ops
+        the_step = step("s", 0, "once")
+
+        def append_then_die(conn: Any) -> None:
+            ops.append(conn, the_step, 42)
+            conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+        await pg._run(
+            append_then_die, write=True, landed=lambda conn: ops.append_landed(conn, "s", 42)
+        )
+        assert [s.content for s in await pg.all("s")] == ["once"]
+
+    async def test_lost_twice_surfaces(self, app_store: tuple[PostgresStore, str]) -> None:
+        """A call whose connection dies on the retry too raises StoreUnavailableError."""
+        pg, _ = app_store
+
+        def die(conn: Any) -> None:
+            conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+        with pytest.raises(
+            StoreUnavailableError, match=r"^PostgreSQL connection lost twice"
+        ) as info:
+            await pg._run(die, write=True)
+        assert info.value.__cause__ is not None
+        with pytest.raises(StoreUnavailableError, match=r"lost twice; nothing was written"):
+            await pg._run(die, write=True, landed=lambda conn: False)
+        await pg.append(step("s", 0))  # and the store is still usable
+        assert len(await pg.all("s")) == 1
+
+    async def test_concurrent_appends_batch_in_order(self, store: PostgresStore) -> None:
+        """16 tasks x 30 appends to one session: all land, each task's steps in its order."""
+
+        async def writer(task: int) -> None:
+            for i in range(30):
+                await store.append(step("shared", i, f"{task}"))
+
+        async with trio.open_nursery() as nursery:
+            for task in range(16):
+                nursery.start_soon(writer, task)
+        steps = await store.all("shared")
+        assert len(steps) == 480
+        for task in range(16):
+            assert [s.step_index for s in steps if s.content == f"{task}"] == list(range(30))
+
+
+class TestCancellation:
+    async def test_every_method_is_a_checkpoint(self, store: PostgresStore) -> None:
+        """Each public method yields to trio (trio's checkpoint convention)."""
+        calls = [
+            lambda: store.append(step("s", 0)),
+            lambda: store.last_n("s", 1),
+            lambda: store.all("s"),
+            lambda: store.get("s"),
+            lambda: store.exists("s"),
+            lambda: store.update_data("s", "{}"),
+            lambda: store.finalize("s", FinalizeSummary("completed")),
+            lambda: store.put(Session("s")),
+            lambda: store.final("s"),
+            lambda: store.list_sessions(),
+            lambda: store.delete_session("s"),
+        ]
+        for call in calls:
+            with trio.testing.assert_checkpoints():
+                await call()
+
+    async def test_cancelled_while_waiting_does_nothing(self, dsn: str) -> None:
+        """An append cancelled while waiting for a pool slot never happens."""
+        async with (
+            fresh_schema(dsn) as schema,
+            await PostgresStore.open(dsn, schema=schema, pool_size=1) as pg,
+        ):
+            gate = threading.Event()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(partial(pg._run, lambda conn: gate.wait(), write=False))
+                await trio.testing.wait_all_tasks_blocked()
+                with trio.move_on_after(0) as scope:
+                    await pg.append(step("s", 0))
+                assert scope.cancelled_caught
+                gate.set()
+            assert await pg.all("s") == []
+
+    async def test_cancelled_while_running_completes(self, store: PostgresStore) -> None:
+        """A call cancelled while its statement runs finishes and returns normally."""
+        started = threading.Event()
+        gate = threading.Event()
+        ops = store._ops
+
+        def slow_append(conn: Any) -> str:
+            started.set()
+            gate.wait()
+            ops.append(conn, step("s", 3), 1)
+            return "done"
+
+        results: list[str] = []
+        scope = trio.CancelScope()
+
+        async def call() -> None:
+            with scope:
+                results.append(await store._run(slow_append, write=True))
+                await trio.lowlevel.checkpoint()
+                results.append("not cancelled")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call)
+            await trio.to_thread.run_sync(started.wait)
+            scope.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            gate.set()
+        assert results == ["done"]
+        assert [s.step_index for s in await store.all("s")] == [3]
+
+
+def test_drop_schema_helper_is_idempotent() -> None:
+    """Dropping a schema that does not exist is harmless (cleanup never fails a run)."""
+    drop_schema(pg_dsn(), new_schema_name())
