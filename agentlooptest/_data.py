@@ -76,6 +76,7 @@ JSON_DOCS = (
     '{"b": 1, "a": 2}',
     '  {"spaced" :  [ 1 , 2 ] }  ',
     '{"big": 9223372036854775807, "neg": -9223372036854775808, "float": 0.1}',
+    '{"integral floats": [1.0, 1E2, -0.0, 2.50]}',
     '{"deep": ' + "[" * 64 + "]" * 64 + "}",
 )
 """JSON texts to round-trip; a store may re-serialize them, so equality is semantic."""
@@ -90,13 +91,12 @@ def json_equal(a: str | None, b: str | None) -> bool:
 
 
 def _canon(value: Any) -> Any:
-    # 1 and 1.0 and True compare equal in Python; keep their JSON types apart.
+    # JSON has one number type: 1 and 1.0 are equal (a JSONB column may turn one into the
+    # other), compared exactly, not through a double. true is not 1, which Python says it is.
     if isinstance(value, bool):
         return ("bool", value)
-    if isinstance(value, int):
-        return ("int", value)
-    if isinstance(value, float):
-        return ("float", value)
+    if isinstance(value, int | float):
+        return ("number", value)
     if isinstance(value, list):
         return [_canon(v) for v in value]
     if isinstance(value, dict):

@@ -195,3 +195,23 @@ def test_readme_example_compiles() -> None:
     section = text[text.index("## Certify your own store") :]
     code = section[section.index("```python\n") + len("```python\n") :]
     compile(code[: code.index("```")], "README.md", "exec")
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "equal"),
+    [
+        ('{"a": 1, "b": [2]}', '{"b":[2],"a":1}', True),
+        ("1", "1.0", True),
+        ("[1e2]", "[100]", True),
+        ("true", "1", False),
+        ("[0]", "[false]", False),
+        ("null", "0", False),
+        ("12345678901234567890", "1.2345678901234567e19", False),
+        ('"a"', '"b"', False),
+    ],
+)
+def test_json_equality_is_semantic(a: str, b: str, equal: bool) -> None:
+    """JSON documents compare as JSON values: key order and number spelling do not matter."""
+    from agentlooptest._data import json_equal
+
+    assert json_equal(a, b) is equal

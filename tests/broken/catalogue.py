@@ -157,11 +157,15 @@ CATALOGUE: tuple[Broken, ...] = (
 
 
 class _Reserializing(GoodBoth):
-    """Keeps JSON documents re-serialized (sorted keys, compact), as JSONB columns do."""
+    """Keeps JSON re-serialized (sorted keys, compact, 1.0 as 1), as JSON columns may."""
 
     @staticmethod
     def _canon(text: str) -> str:
-        return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
+        def integral(value: float) -> float | int:
+            return int(value) if value.is_integer() else value
+
+        decoded = json.loads(text, parse_float=lambda t: integral(float(t)))
+        return json.dumps(decoded, sort_keys=True, separators=(",", ":"))
 
     async def append(self, step: RunStep) -> None:
         if isinstance(step, RunStep):
