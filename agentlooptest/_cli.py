@@ -138,7 +138,7 @@ async def _run(args: argparse.Namespace) -> int:
         print(f"agentlooptest: no clause id matches -k {args.pattern!r}", file=sys.stderr)
         return 2
     reports: dict[str, Report] = {}
-    width = shutil.get_terminal_size().columns
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 160
     for name, harness in harnesses.items():
         progress = _Progress(sys.stderr, args.verbose)
         print(f"certifying {name} ...", file=sys.stderr, flush=True)
