@@ -253,7 +253,7 @@ async def _keeps(h: Harness) -> None:
 
 @clause(
     "session.isolation",
-    "data and existence of one session never leak into another, prefixes included",
+    "data, summaries and existence of one session never leak into another, prefixes included",
     why="sessions are separate users: a leak hands one user's working memory to another",
 )
 async def _isolation(h: Harness) -> None:
@@ -270,6 +270,16 @@ async def _isolation(h: Harness) -> None:
         await expect_exists(
             store, "b", False, "wrote to 'a', 'ab', ... but not 'b', then exists('b')"
         )
+        if hasattr(store, "final"):
+            for sid in ids:
+                final = await store.final(sid)
+                want_final = DONE if sid == "a" else None
+                expect(
+                    final == want_final,
+                    did=f"finalized only 'a' among {list(ids)}, then final({sid!r})",
+                    expected=repr(want_final),
+                    got=final,
+                )
 
 
 async def _ids(h: Harness, ids: tuple[str, ...], what: str) -> None:

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 SETTINGS = settings(
-    max_examples=25,
+    max_examples=40,
     stateful_step_count=30,
     deadline=None,
     database=None,
@@ -108,6 +108,11 @@ class StepMachine(RuleBasedStateMachine):
             f"last_n({sid!r}, {n}) returned {mismatch(want, got)}; the model says {describe(want)}"
         )
 
+    @rule(sid=STEP_IDS, delta=st.integers(-5, 2))
+    def last_n_near_count(self, sid: str, delta: int) -> None:
+        """A window near the session's length, where off-by-one bugs live."""
+        self.last_n(sid, max(1, len(self.model.get(sid, [])) + delta))
+
     @precondition(lambda self: hasattr(self.steps.store, "all"))
     @rule(sid=STEP_IDS)
     def all(self, sid: str) -> None:
@@ -119,9 +124,11 @@ class StepMachine(RuleBasedStateMachine):
         )
 
     @precondition(lambda self: hasattr(self.steps.store, "delete_session"))
-    @rule(sid=STEP_IDS)
-    def delete_session(self, sid: str) -> None:
-        """Deleting answers whether steps existed and empties the session."""
+    @rule(sid=STEP_IDS, chance=st.integers(0, 3))
+    def delete_session(self, sid: str, chance: int) -> None:
+        """Deleting answers whether steps existed and empties the session (now and then)."""
+        if chance:  # rarer than the other rules, so histories grow long enough to matter
+            return
         got = _call(self.steps.store.delete_session, sid)
         want = bool(self.model.pop(sid, []))
         assert got is want, f"delete_session({sid!r}) returned {got!r}; the model says {want!r}"

@@ -125,6 +125,7 @@ CATALOGUE: tuple[Broken, ...] = (
     _sessions(sessions.FinalizeOnce, "session.finalize.repeatable"),
     _sessions(sessions.FinalizeResetsData, "session.finalize.keeps-data"),
     _sessions(sessions.TruncatedKeys, "session.isolation"),
+    _sessions(sessions.SummaryByPrefix, "session.isolation"),
     _sessions(sessions.FinalizeTrustsInput, "session.bad-input.refused"),
     _sessions(sessions.LikeIds, "session.ids.sql-text"),
     _sessions(sessions.CaseFolds, "session.ids.case-sensitive"),

@@ -289,10 +289,10 @@ class DeleteKeepsSteps(GoodSteps):
 
 
 class WindowMath(GoodSteps):
-    """An off-by-one that only shows when n is three less than the count."""
+    """An off-by-one in a paged read: the window slips when it starts 2 or 3 steps in."""
 
     def window(self, steps: list[RunStep], n: int) -> list[RunStep]:
-        if len(steps) - n == 3:
+        if len(steps) - n in (2, 3):
             return steps[-n - 1 : -1]
         return steps[-n:]
 
