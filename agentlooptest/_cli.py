@@ -21,6 +21,7 @@ from agentlooptest._certify import certify, matches
 from agentlooptest._clause import Clause
 from agentlooptest._registry import CLAUSES
 from agentlooptest._report import ClauseResult, Report
+from agentlooptest._run import CLAUSE_TIMEOUT
 from agentlooptest._target import TargetError, load
 
 _MARK = {"passed": "pass", "failed": "FAIL", "skipped": "skipped"}
@@ -52,6 +53,13 @@ def _parser() -> argparse.ArgumentParser:
         "--verbose",
         action="store_true",
         help="print each clause as it finishes, with its title and time",
+    )
+    run.add_argument(
+        "--clause-timeout",
+        metavar="SECONDS",
+        type=float,
+        default=CLAUSE_TIMEOUT,
+        help=f"fail a clause still running after SECONDS as hung (default {CLAUSE_TIMEOUT:g})",
     )
     lst = sub.add_parser("clauses", help="list the clauses")
     lst.add_argument("--markdown", action="store_true", help="as the README's markdown table")
@@ -143,7 +151,11 @@ async def _run(args: argparse.Namespace) -> int:
         progress = _Progress(sys.stderr, args.verbose)
         print(f"certifying {name} ...", file=sys.stderr, flush=True)
         report = await certify(
-            harness, pattern=args.pattern, on_start=progress.start, on_result=progress.result
+            harness,
+            pattern=args.pattern,
+            on_start=progress.start,
+            on_result=progress.result,
+            clause_timeout=args.clause_timeout,
         )
         progress.clear()
         reports[name] = report
