@@ -122,6 +122,54 @@ async def _one_session(h: Harness) -> None:
         await _concurrent_appends(s, ["shared"], 100, 4)
 
 
+@clause(
+    "step.concurrency.read-during-append",
+    "last_n racing appends returns a contiguous window: no gaps, no duplicates, no reordering",
+    why=(
+        "the loop reads history while other tasks append (a second run, a tool); a torn "
+        "read stitched from two moments feeds the model a conversation that never existed"
+    ),
+)
+async def _read_during_append(h: Harness) -> None:
+    async with open_steps(h) as s:
+        total, window = 300, 12
+        await s.ensure("busy")
+        torn: list[str] = []
+
+        async def writer() -> None:
+            for k in range(total):
+                await s.store.append(step("busy", k, content=str(k)))
+
+        async def reader() -> None:
+            for _ in range(40):
+                got = await s.store.last_n("busy", window)
+                seqs = [int(x.content) for x in got]
+                if seqs and (seqs != list(range(seqs[0], seqs[0] + len(seqs)))):
+                    torn.append(f"{seqs}")
+                elif seqs and len(seqs) < window and seqs[0] != 0:
+                    torn.append(f"{seqs} (short window that does not start at the first step)")
+                await trio.lowlevel.checkpoint()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer)
+            for _ in range(4):
+                nursery.start_soon(reader)
+        expect(
+            not torn,
+            did=f"one task appended steps 0..{total - 1} to 'busy' while four tasks called "
+            f"last_n('busy', {window}) again and again",
+            expected="every window a run of consecutive steps in order, as of one moment",
+            got=f"{len(torn)} torn window(s), e.g. step numbers {torn[0] if torn else ''}",
+        )
+        final = await s.last_n("busy", window)
+        expect(
+            [x.content for x in final] == [str(k) for k in range(total - window, total)],
+            did=f"after the appends, last_n('busy', {window})",
+            expected=f"steps {total - window}..{total - 1}",
+            got=describe(final),
+        )
+
+
 async def _after_cancel(s: Steps, sid: str, before: list[RunStep], extra: RunStep) -> None:
     """The store still takes an append after a cancelled call, and returns it last."""
     await still_usable(f"append to {sid!r}", lambda: s.store.append(extra))

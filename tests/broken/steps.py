@@ -323,3 +323,16 @@ class IndexPrimaryKey(GoodSteps):
             steps[k] = steps[-1]
         if earlier:
             steps.pop()
+
+
+class TornReads(GoodSteps):
+    """last_n copies the window one step at a time, yielding in between, from a moving end."""
+
+    async def last_n(self, session_id: str, n: int) -> list[RunStep]:
+        await super().last_n(session_id, n)
+        steps = self.steps.get(session_id, [])
+        got: list[RunStep] = []
+        for k in range(min(n, len(steps))):
+            got.insert(0, steps[len(steps) - 1 - k])
+            await trio.lowlevel.checkpoint()
+        return got
