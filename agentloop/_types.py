@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
@@ -109,7 +109,10 @@ def _optional_status(_: object, attribute: attrs.Attribute[Any], value: object) 
 
 def _to_utc(value: object) -> object:
     if isinstance(value, datetime) and value.utcoffset() is not None:
-        return value.astimezone(UTC)
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:
+            return value  # outside UTC's range: left for the validator, which names the field
     return value  # left for the validator, which names the field
 
 
@@ -118,6 +121,11 @@ def _aware_datetime(_: object, attribute: attrs.Attribute[Any], value: object) -
         raise TypeError(f"{attribute.name} must be a datetime, got {preview(value)}")
     if value.utcoffset() is None:
         raise ValueError(f"{attribute.name} must be timezone-aware, got {value!r}")
+    if value.tzinfo is not UTC and value.utcoffset() != timedelta(0):
+        raise ValueError(
+            f"{attribute.name} must be within datetime's range once converted to UTC, "
+            f"got {value!r}"
+        )
 
 
 def _now() -> datetime:

@@ -187,6 +187,16 @@ class TestRunStep:
         with pytest.raises(TypeError, match=r"^created_at must be a datetime"):
             step(created_at="2026-01-01T00:00:00Z")
 
+    @pytest.mark.parametrize(
+        "edge",
+        [datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=1))),
+         datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-2)))],
+    )
+    def test_created_at_outside_utc_range(self, edge: datetime) -> None:
+        """An instant that UTC cannot represent is a ValueError naming the field."""
+        with pytest.raises(ValueError, match=r"^created_at must be within datetime's range"):
+            step(created_at=edge)
+
     def test_created_at_held_in_utc(self) -> None:
         """An aware timestamp in any zone is held as the same instant in UTC."""
         plus2 = timezone(timedelta(hours=2))
