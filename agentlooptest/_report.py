@@ -31,8 +31,8 @@ class ClauseResult:
 class Report:
     """The result of :func:`agentlooptest.certify`.
 
-    ``ok`` is true when no clause failed (skipped clauses cover capabilities
-    the store does not have). ``level`` names what was certified, e.g.
+    ``ok`` is true when no clause failed and at least one passed (skipped
+    clauses cover capabilities the store does not have). ``level`` names what was certified, e.g.
     ``"step: base + all, delete_session; session: not certified"``.
     ``duration`` is in seconds. ``pattern`` is the ``-k`` selection when only
     some clauses ran: such a report never says "certified".
@@ -46,8 +46,8 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        """Whether every clause that ran passed."""
-        return not self.failed
+        """Whether every clause that ran passed, and at least one ran."""
+        return not self.failed and bool(self.passed)
 
     @property
     def passed(self) -> tuple[ClauseResult, ...]:
@@ -82,6 +82,8 @@ class Report:
             f"{len(self.passed)} passed, {len(self.failed)} failed, "
             f"{len(self.skipped)} skipped in {self.duration:.1f}s"
         )
+        if not self.failed and not self.passed:
+            return f"NOTHING CERTIFIED: every selected clause was skipped: {counts}"
         if self.ok and self.pattern:
             return f"PASSED the clauses matching {self.pattern!r} (a partial run): {counts}"
         if self.ok:

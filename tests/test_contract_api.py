@@ -75,11 +75,13 @@ async def test_report_shape() -> None:
 async def test_session_only_harness_skips_step_protocol() -> None:
     """With only a session factory, step clauses are skipped with the reason."""
     harness = Harness(new_session_store=memory_harness().new_session_store)
-    report = await certify(harness, pattern="order")
+    report = await certify(harness, pattern="step.order")
     skipped = report.skipped
     assert skipped
     assert all("no new_step_store" in r.message for r in skipped)
     assert "step: not certified (no factory)" in report.level
+    assert not report.ok
+    assert report.verdict.startswith("NOTHING CERTIFIED")
 
 
 async def test_failure_message_names_clause_action_expectation_and_consequence() -> None:
