@@ -283,6 +283,12 @@ def _run(machine: type[RuleBasedStateMachine], harness: Harness) -> None:
             "every result to equal the model's",
             f"{exc}\n          shrunk program:\n{program}",
         ) from None
+    except Exception as exc:  # the store raised: keep its traceback, add the program
+        known = set(getattr(exc, "__notes__", []))
+        for line in lines:
+            if line not in known:
+                exc.add_note(line)
+        raise
 
 
 @clause(
