@@ -16,7 +16,7 @@ from xml.etree import ElementTree
 
 import trio
 
-from agentlooptest._builtin import BUILTIN
+from agentlooptest._builtin import BUILTIN_NAMES, builtin_targets
 from agentlooptest._certify import certify, matches
 from agentlooptest._clause import Clause
 from agentlooptest._registry import CLAUSES
@@ -38,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
         "target",
         nargs="?",
         help="module:attr naming a Harness or a zero-argument callable returning one; "
-        f"without it, the built-in stores ({', '.join(BUILTIN)})",
+        f"without it, the built-in stores ({', '.join(BUILTIN_NAMES)})",
     )
     run.add_argument("--json", metavar="PATH", type=Path, help="write the report as JSON")
     run.add_argument("--junit-xml", metavar="PATH", type=Path, help="write the report as JUnit XML")
@@ -134,7 +134,7 @@ def render(name: str, report: Report, width: int = 120) -> str:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    targets = {args.target: args.target} if args.target else dict(BUILTIN)
+    targets = {args.target: args.target} if args.target else builtin_targets()
     harnesses = {}
     for name, target in targets.items():
         try:

@@ -12,6 +12,7 @@ from xml.etree import ElementTree
 import pytest
 
 from agentlooptest import CLAUSES
+from agentlooptest._builtin import builtin_targets
 from agentlooptest._cli import main
 
 _BROKEN_TARGET = textwrap.dedent(
@@ -48,10 +49,24 @@ def broken_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return "cli_broken_store"
 
 
-def test_builtin_stores_certified(capsys: pytest.CaptureFixture[str]) -> None:
-    """No command and no target certifies agentloopmem: every clause, a level, exit 0."""
+def test_builtin_targets_follow_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No target means agentloopmem and SQLite, plus PostgreSQL when AGENTLOOP_PG_DSN is set."""
+    monkeypatch.delenv("AGENTLOOP_PG_DSN", raising=False)
+    assert list(builtin_targets()) == ["agentloopmem", "sqlite"]
+    monkeypatch.setenv("AGENTLOOP_PG_DSN", "postgresql://somewhere/db")
+    assert builtin_targets()["postgres"] == "agentloopsql.testing:postgres"
+
+
+def test_builtin_stores_certified(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No command and no target certifies agentloopmem and SQLite: every clause, exit 0."""
+    monkeypatch.delenv("AGENTLOOP_PG_DSN", raising=False)
     assert main([]) == 0
     out = capsys.readouterr().out
+    assert "agentlooptest certify agentloopmem\n" in out
+    assert "agentlooptest certify sqlite\n" in out
+    assert out.count("\nCERTIFIED (") == 2
     for c in CLAUSES:
         assert c.id in out
     assert "conformance level: step: base + all, delete_session, aclose" in out
