@@ -8,16 +8,49 @@ as well as "did not happen", never a false failure.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterator
 from functools import partial
 from typing import Any, TypeVar
 
+import pytest
 import trio
 from broken._good import GoodBoth
 
 from agentlooptest import Harness, certify
 
 T = TypeVar("T")
+
+
+class _Backend:
+    """A "database server": its own trio loop in its own thread, reached from worker threads."""
+
+    def __init__(self) -> None:
+        ready = threading.Event()
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._stop: trio.Event | None = None
+
+        async def serve() -> None:
+            self._token = trio.lowlevel.current_trio_token()
+            self._stop = trio.Event()
+            ready.set()
+            await self._stop.wait()
+
+        self._thread = threading.Thread(target=trio.run, args=(serve,), daemon=True)
+        self._thread.start()
+        ready.wait()
+
+    def run(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """Run ``fn`` on the backend loop, from a worker thread."""
+        return trio.from_thread.run(fn, trio_token=self._token)
+
+    def close(self) -> None:
+        """Stop the backend loop and its thread."""
+        assert self._stop is not None
+        trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
+        self._thread.join()
+
+
+_backend: list[_Backend] = []
 
 
 class Threaded:
@@ -29,7 +62,7 @@ class Threaded:
 
     def _sync(self, name: str, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
-            return trio.run(partial(getattr(self._inner, name), *args, **kwargs))
+            return _backend[0].run(partial(getattr(self._inner, name), *args, **kwargs))
 
     async def _hop(self, fn: Callable[[], T]) -> T:
         return await trio.to_thread.run_sync(fn)
@@ -95,6 +128,15 @@ async def _same(store: Any) -> Any:
     return store
 
 
+@pytest.fixture
+def backend() -> Iterator[None]:
+    """The backend loop the threaded stores reach, for one test."""
+    _backend.append(_Backend())
+    yield
+    _backend.pop().close()
+
+
+@pytest.mark.usefixtures("backend")
 async def test_threaded_store_passes_everything() -> None:
     """Every clause passes for a correct store whose calls hop through worker threads."""
     report = await certify(Harness(new_step_store=_new, new_session_store=_new, reopen=_same))
