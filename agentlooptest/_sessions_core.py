@@ -181,6 +181,7 @@ async def _rejects(h: Harness) -> None:
             ("{'a': 1}", ValueError),
             ("NaN", ValueError),
             ('{"x": Infinity}', ValueError),
+            ('{"x": 1e400}', ValueError),
             ("{} trailing", ValueError),
             ("undefined", ValueError),
             ('"\\u0000"', ValueError),
