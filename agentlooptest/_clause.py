@@ -10,6 +10,7 @@ import attrs
 
 from agentloop import (
     StepStore,
+    StoreClosedError,
     SupportsAclose,
     SupportsAll,
     SupportsDeleteSession,
@@ -157,3 +158,10 @@ async def expect_refused(
     except Exception as exc:
         raise Violation(did, names, f"{type(exc).__name__}: {exc}") from None
     raise Violation(did, names, f"no error; it returned {_show(got)}")
+
+
+async def expect_closed(what: str, call: Callable[[], Awaitable[object]]) -> None:
+    """Await ``call`` on a closed store; a Violation unless it raises ``StoreClosedError``."""
+    await expect_refused(
+        f"closed the store with aclose(), then called {what}", call, StoreClosedError
+    )

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from agentloop import FinalizeSummary, RunStatus, Session, StepStore, StoreClosedError
+from agentloop import FinalizeSummary, RunStatus, Session, StepStore
 from agentlooptest._cancel import Points, cancel_at, still_usable
-from agentlooptest._clause import Violation, clause, expect
+from agentlooptest._clause import Violation, clause, expect, expect_closed
 from agentlooptest._data import json_equal, step
 from agentlooptest._sessions_core import DONE, expect_data, expect_exists
 from agentlooptest._stores import Steps, open_sessions
@@ -251,24 +251,6 @@ async def _cancel_reads(h: Harness) -> None:
                 )
 
 
-async def _expect_closed(what: str, call: Callable[[], Awaitable[object]]) -> None:
-    try:
-        got = await call()
-    except StoreClosedError:
-        return
-    except Exception as exc:
-        raise Violation(
-            f"closed the store with aclose(), then called {what}",
-            "StoreClosedError",
-            f"{type(exc).__name__}: {exc}",
-        ) from None
-    raise Violation(
-        f"closed the store with aclose(), then called {what}",
-        "StoreClosedError",
-        f"no error; it returned {got!r:.200}",
-    )
-
-
 @clause(
     "session.closed",
     "after aclose, every call raises StoreClosedError; aclose is idempotent",
@@ -296,7 +278,7 @@ async def _closed(h: Harness) -> None:
         ]
         calls += [(what, call) for name, what, call in optional if hasattr(store, name)]
         for what, call in calls:
-            await _expect_closed(what, call)
+            await expect_closed(what, call)
         try:
             await store.aclose()
         except Exception as exc:

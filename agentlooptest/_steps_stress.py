@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from agentloop import RunStep, StoreClosedError
+from agentloop import RunStep
 from agentlooptest._cancel import Points, cancel_at, still_usable
-from agentlooptest._clause import Violation, clause, expect
+from agentlooptest._clause import Violation, clause, expect, expect_closed
 from agentlooptest._data import describe, mismatch, same_steps, step
 from agentlooptest._stores import Steps, open_steps
 
@@ -282,24 +282,6 @@ async def _cancel_delete(h: Harness) -> None:
             await _after_cancel(s, sid, got, step(sid, 9, content="after the cancel"))
 
 
-async def _expect_closed(what: str, call: Callable[[], Awaitable[object]]) -> None:
-    try:
-        got = await call()
-    except StoreClosedError:
-        return
-    except Exception as exc:
-        raise Violation(
-            f"closed the store with aclose(), then called {what}",
-            "StoreClosedError",
-            f"{type(exc).__name__}: {exc}",
-        ) from None
-    raise Violation(
-        f"closed the store with aclose(), then called {what}",
-        "StoreClosedError",
-        f"no error; it returned {got!r:.200}",
-    )
-
-
 @clause(
     "step.closed",
     "after aclose, every call raises StoreClosedError; aclose is idempotent",
@@ -313,12 +295,12 @@ async def _closed(h: Harness) -> None:
     async with open_steps(h) as s:
         await s.append_all([step("s", 0)])
         await s.store.aclose()
-        await _expect_closed("append(<a step>)", lambda: s.store.append(step("s", 1)))
-        await _expect_closed("last_n('s', 1)", lambda: s.store.last_n("s", 1))
+        await expect_closed("append(<a step>)", lambda: s.store.append(step("s", 1)))
+        await expect_closed("last_n('s', 1)", lambda: s.store.last_n("s", 1))
         if hasattr(s.store, "all"):
-            await _expect_closed("all('s')", lambda: s.store.all("s"))
+            await expect_closed("all('s')", lambda: s.store.all("s"))
         if hasattr(s.store, "delete_session"):
-            await _expect_closed("delete_session('s')", lambda: s.store.delete_session("s"))
+            await expect_closed("delete_session('s')", lambda: s.store.delete_session("s"))
         try:
             await s.store.aclose()
         except Exception as exc:
