@@ -204,6 +204,10 @@ class Workers(Generic[ConnT]):
                 self._dead = exc
             orphans = list(self._queue)
             self._queue.clear()
+            # Marked under the lock: a caller cancelled from now on must wait for
+            # the error already on its way rather than look for its job in the queue.
+            for job in orphans:
+                job.taken = True
             self._cond.notify_all()
         for job in orphans:
             job.result = outcome.Error(self._executor.dead_error(exc))

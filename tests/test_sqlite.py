@@ -40,6 +40,18 @@ def step(session: str, index: int, content: str = "") -> RunStep:
     return RunStep(session, index, "tool_result", content=content)
 
 
+async def occupy_worker(store: SqliteStore, nursery: trio.Nursery, gate: threading.Event) -> None:
+    """Keep the store's worker thread busy until ``gate`` is set; returns once it is."""
+    started = threading.Event()
+
+    def hold(conn: sqlite3.Connection) -> None:
+        started.set()
+        gate.wait()
+
+    nursery.start_soon(partial(store._run, hold, write=False))
+    await trio.to_thread.run_sync(started.wait)
+
+
 class TestOpen:
     async def test_implements_every_protocol(self, db: str) -> None:
         """One object is a StepStore, a SessionStore and has every optional capability."""
@@ -176,13 +188,18 @@ class TestClose:
             await store.update_data("s", "{}")
 
     async def test_close_finishes_queued_calls(self, db: str) -> None:
-        """Appends already under way when aclose starts still commit."""
+        """Appends still queued (the worker busy) when aclose starts run and commit."""
         store = await SqliteStore.open(db)
+        gate = threading.Event()
         async with trio.open_nursery() as nursery:
+            await occupy_worker(store, nursery, gate)
             for i in range(20):
                 nursery.start_soon(store.append, step("s", i))
             await trio.testing.wait_all_tasks_blocked()
-            await store.aclose()
+            assert len(store._workers._queue) == 20
+            nursery.start_soon(store.aclose)
+            await trio.testing.wait_all_tasks_blocked()
+            gate.set()
         async with await SqliteStore.open(db) as again:
             assert len(await again.all("s")) == 20
 
@@ -258,8 +275,41 @@ class TestCancellation:
                 with trio.testing.assert_checkpoints():
                     await call()
 
+    async def test_cancelled_while_queued_does_nothing(self, db: str) -> None:
+        """An append cancelled while it waits in the queue raises Cancelled and never happens."""
+        async with await SqliteStore.open(db) as store:
+            gate = threading.Event()
+            scope = trio.CancelScope()
+            outcomes: list[str] = []
+
+            async def call() -> None:
+                with scope:
+                    try:
+                        await store.append(step("s", 0))
+                    except trio.Cancelled:
+                        outcomes.append("cancelled")
+                        raise
+                    outcomes.append("returned")
+
+            async with trio.open_nursery() as nursery:
+                await occupy_worker(store, nursery, gate)
+                try:
+                    nursery.start_soon(call)
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert len(store._workers._queue) == 1
+                    scope.cancel()
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert outcomes == ["cancelled"]
+                    assert len(store._workers._queue) == 0
+                finally:
+                    gate.set()
+            assert scope.cancelled_caught
+            assert await store.all("s") == []
+            await store.append(step("s", 1))
+            assert [s.step_index for s in await store.all("s")] == [1]
+
     async def test_cancelled_before_start_does_nothing(self, db: str) -> None:
-        """An append cancelled while queued behind other work never happens."""
+        """An append cancelled before it is queued never happens."""
         async with await SqliteStore.open(db) as store:
             gate = threading.Event()
             async with trio.open_nursery() as nursery:
@@ -320,4 +370,43 @@ class TestWorkerDeath:
             await store.append(step("s", 0))
         with pytest.raises(StoreUnavailableError, match=r"worker thread died"):
             await store.get("s")
+        await store.aclose()
+
+    async def test_queued_caller_cancelled_after_the_worker_died(self, db: str) -> None:
+        """A queued call answered by a dying worker, then cancelled, gets the error (no crash)."""
+        store = await SqliteStore.open(db)
+        executor = store._workers._executor
+        started = threading.Event()
+        gate = threading.Event()
+
+        def explode(conn: sqlite3.Connection, jobs: list[object]) -> None:
+            started.set()
+            gate.wait()
+            raise RuntimeError("bug in the executor")
+
+        executor.run_batch = explode  # type: ignore[method-assign]
+        errors: list[str] = []
+        scope = trio.CancelScope()
+
+        async def call(index: int, cancel_scope: trio.CancelScope) -> None:
+            with cancel_scope:
+                try:
+                    await store.append(step("s", index))
+                except StoreUnavailableError as exc:
+                    errors.append(f"{index}: {exc}")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call, 0, trio.CancelScope())
+            await trio.to_thread.run_sync(started.wait)
+            nursery.start_soon(call, 1, scope)
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(store._workers._queue) == 1
+            gate.set()
+            # Without yielding to trio: the worker dies and hands the queued job its
+            # error via run_sync_soon; the caller is cancelled before that arrives.
+            store._workers._threads[0].join(5)
+            assert not store._workers._threads[0].is_alive()
+            scope.cancel()
+        assert sorted(e.split(":")[0] for e in errors) == ["0", "1"]
+        assert all("worker thread died" in e for e in errors)
         await store.aclose()
