@@ -59,6 +59,18 @@ def step(session: str, index: int, content: str = "") -> RunStep:
     return RunStep(session, index, "tool_result", content=content)
 
 
+async def occupy_worker(pg: PostgresStore, nursery: trio.Nursery, gate: threading.Event) -> None:
+    """Keep a worker thread busy until ``gate`` is set; returns once it is."""
+    started = threading.Event()
+
+    def hold(conn: Any) -> None:
+        started.set()
+        gate.wait()
+
+    nursery.start_soon(partial(pg._run, hold, write=False))
+    await trio.to_thread.run_sync(started.wait)
+
+
 class TestOpen:
     async def test_implements_every_protocol(self, store: PostgresStore) -> None:
         """One object is a StepStore, a SessionStore and has every optional capability."""
@@ -299,21 +311,56 @@ class TestCancellation:
             with trio.testing.assert_checkpoints():
                 await call()
 
-    async def test_cancelled_while_waiting_does_nothing(self, dsn: str) -> None:
-        """An append cancelled while waiting for a pool slot never happens."""
+    async def test_cancelled_while_queued_does_nothing(self, dsn: str) -> None:
+        """An append cancelled while queued behind a busy worker raises Cancelled, never happens."""
         async with (
             fresh_schema(dsn) as schema,
             await PostgresStore.open(dsn, schema=schema, pool_size=1) as pg,
         ):
             gate = threading.Event()
+            scope = trio.CancelScope()
+            outcomes: list[str] = []
+
+            async def call() -> None:
+                with scope:
+                    try:
+                        await pg.append(step("s", 0))
+                    except trio.Cancelled:
+                        outcomes.append("cancelled")
+                        raise
+                    outcomes.append("returned")
+
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(partial(pg._run, lambda conn: gate.wait(), write=False))
-                await trio.testing.wait_all_tasks_blocked()
-                with trio.move_on_after(0) as scope:
-                    await pg.append(step("s", 0))
-                assert scope.cancelled_caught
-                gate.set()
+                await occupy_worker(pg, nursery, gate)
+                try:
+                    nursery.start_soon(call)
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert len(pg._workers._queue) == 1
+                    scope.cancel()
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert outcomes == ["cancelled"]
+                    assert len(pg._workers._queue) == 0
+                finally:
+                    gate.set()
+            assert scope.cancelled_caught
             assert await pg.all("s") == []
+
+    async def test_close_finishes_queued_calls(self, dsn: str) -> None:
+        """Appends still queued (the worker busy) when aclose starts run and commit."""
+        async with fresh_schema(dsn) as schema:
+            pg = await PostgresStore.open(dsn, schema=schema, pool_size=1)
+            gate = threading.Event()
+            async with trio.open_nursery() as nursery:
+                await occupy_worker(pg, nursery, gate)
+                for i in range(20):
+                    nursery.start_soon(pg.append, step("s", i))
+                await trio.testing.wait_all_tasks_blocked()
+                assert len(pg._workers._queue) == 20
+                nursery.start_soon(pg.aclose)
+                await trio.testing.wait_all_tasks_blocked()
+                gate.set()
+            async with await PostgresStore.open(dsn, schema=schema, pool_size=1) as again:
+                assert len(await again.all("s")) == 20
 
     async def test_cancelled_while_running_completes(self, store: PostgresStore) -> None:
         """A call cancelled while its statement runs finishes and returns normally."""
