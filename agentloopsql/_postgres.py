@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
@@ -112,8 +113,11 @@ class PostgresStore(SqlStoreBase["Conn"]):
             StoreError: the schema is newer than this version supports.
             StoreUnavailableError: the server could not be reached or refused the migration.
 
-        **Cancellation handling**: a cancelled open closes the pool it opened and
-        raises ``trio.Cancelled``; a migration under way commits or rolls back whole.
+        **Cancellation handling**: while it waits for connections, a cancelled
+        open closes the pool it started and raises ``trio.Cancelled`` promptly
+        (without waiting out ``pool_timeout``). Once the migration has started it
+        runs to its end (it commits or rolls back whole) before the cancellation
+        is delivered.
         """
         _import_driver()
         from agentloopsql._pg_schema import validate_schema
@@ -135,10 +139,19 @@ class PostgresStore(SqlStoreBase["Conn"]):
         timeout = float(pool_timeout)
         pool = _new_pool(dsn, pool_size, timeout)
         try:
-            name, ops = await trio.to_thread.run_sync(_start, pool, schema, timeout)
+            pool.open(wait=False)  # only starts the pool's connecting threads
+            with trio.move_on_after(timeout) as waiting:
+                await _wait_ready(pool, pool_size)
+            if waiting.cancelled_caught:
+                raise StoreUnavailableError(
+                    f"could not connect to PostgreSQL: {pool_size} connection(s) not ready "
+                    f"after {timeout} s (pool_timeout)"
+                )
+            name, ops = await trio.to_thread.run_sync(_start, pool, schema)
         except BaseException:
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(pool.close)
+                # A pool thread stuck connecting is a daemon; don't wait on it long.
+                await trio.to_thread.run_sync(partial(pool.close, timeout=1.0))
             raise
         return cls(pool, ops, name, pool_size)
 
@@ -201,8 +214,19 @@ def _configure(conn: Conn) -> None:
     conn.execute("SET TIME ZONE 'UTC'")
 
 
-def _start(pool: psycopg_pool.ConnectionPool[Any], schema: str | None, timeout: float) -> Any:
-    """Open the pool and migrate; runs in a worker thread."""
+async def _wait_ready(pool: psycopg_pool.ConnectionPool[Any], size: int) -> None:
+    """Wait, cancellably, until the pool holds ``size`` idle connections.
+
+    Polled from trio rather than ``pool.wait()`` in a thread: that call cannot
+    be interrupted, so a cancelled open would sit out the whole ``pool_timeout``.
+    """
+    # The pool's own threads fill it and offer no trio-side wake-up: poll.
+    while pool.get_stats().get("pool_available", 0) < size:  # noqa: ASYNC110
+        await trio.sleep(0.005)
+
+
+def _start(pool: psycopg_pool.ConnectionPool[Any], schema: str | None) -> Any:
+    """Migrate on one of the open pool's connections; runs in a worker thread."""
     import psycopg
     import psycopg_pool
 
@@ -210,7 +234,6 @@ def _start(pool: psycopg_pool.ConnectionPool[Any], schema: str | None, timeout: 
     from agentloopsql._pg_schema import migrate, validate_schema
 
     try:
-        pool.open(wait=True, timeout=timeout)
         with pool.connection() as conn:
             if schema is None:
                 row = conn.execute("SELECT current_schema()").fetchone()
