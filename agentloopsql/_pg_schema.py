@@ -99,17 +99,43 @@ def render(conn: psycopg.Connection[Any], schema: str, text: str) -> str:
     return sql.SQL(text).format(s=sql.Identifier(schema)).as_string(conn)
 
 
+def _current_version(conn: psycopg.Connection[Any], schema: str) -> int | None:
+    """The schema's recorded version, read without DDL or locks; ``None`` if unrecorded."""
+    table = render(conn, schema, "{s}.schema_version")
+    row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()
+    if row is None or not row[0]:
+        return None
+    row = conn.execute(render(conn, schema, "SELECT version FROM {s}.schema_version")).fetchone()
+    return None if row is None else int(row[0])
+
+
+def _check_not_newer(schema: str, version: int) -> None:
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"schema {schema!r} is version {version}, newer than this agentloopsql "
+            f"supports ({SCHEMA_VERSION}); upgrade agentloop"
+        )
+
+
 def migrate(conn: psycopg.Connection[Any], schema: str) -> None:
     """Create or upgrade ``schema`` to :data:`SCHEMA_VERSION` in one transaction.
 
-    Holds a transaction-scoped advisory lock keyed on the schema name, so of
-    several processes opening at once one migrates and the others wait, then
-    find the work done. Idempotent.
+    A schema already at this version is only read (no DDL, no lock), so a
+    role with nothing but ``USAGE`` and table/sequence DML privileges can open
+    a migrated schema. Otherwise the migration holds a transaction-scoped
+    advisory lock keyed on the schema name, so of several processes opening
+    at once one migrates and the others wait, then find the work done.
+    Idempotent.
 
     Raises:
         StoreError: the schema is newer than this version of agentloopsql.
         psycopg.Error: PostgreSQL refused; nothing was changed.
     """
+    version = _current_version(conn, schema)
+    if version is not None:
+        _check_not_newer(schema, version)
+        if version == SCHEMA_VERSION:
+            return
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(schema),))
         conn.execute(render(conn, schema, "CREATE SCHEMA IF NOT EXISTS {s}"))
@@ -123,11 +149,7 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> None:
             version = 0
         else:
             version = int(row[0])
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"schema {schema!r} is version {version}, newer than this agentloopsql "
-                f"supports ({SCHEMA_VERSION}); upgrade agentloop"
-            )
+        _check_not_newer(schema, version)
         if version == SCHEMA_VERSION:
             return
         for statements in MIGRATIONS[version:]:

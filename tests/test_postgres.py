@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import socket
 import sys
 import threading
@@ -184,6 +185,40 @@ class TestOpen:
             raw(dsn, f'UPDATE "{schema}".schema_version SET version = 99')
             with pytest.raises(StoreError, match=r"newer than this agentloopsql supports"):
                 await PostgresStore.open(dsn, schema=schema, pool_size=1)
+
+    async def test_dml_only_role_opens_a_migrated_schema(self, dsn: str) -> None:
+        """A role with USAGE and DML on a migrated schema (no CREATE anywhere) opens and works."""
+        import psycopg
+
+        role = f"agentloop_r_{secrets.token_hex(5)}"
+        async with fresh_schema(dsn) as schema:
+            await (await PostgresStore.open(dsn, schema=schema, pool_size=1)).aclose()
+            raw(dsn, f"CREATE ROLE {role} LOGIN")
+            try:
+                raw(dsn, f'GRANT USAGE ON SCHEMA "{schema}" TO {role}')
+                raw(
+                    dsn,
+                    "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES "
+                    f'IN SCHEMA "{schema}" TO {role}',
+                )
+                raw(
+                    dsn,
+                    f'GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA "{schema}" TO {role}',
+                )
+                assert raw(
+                    dsn, "SELECT has_database_privilege(%s, current_database(), 'CREATE')", role
+                ) == [(False,)]
+                role_dsn = psycopg.conninfo.make_conninfo(dsn, user=role)
+                async with await PostgresStore.open(role_dsn, schema=schema, pool_size=1) as pg:
+                    await pg.append(step("s", 0, "hi"))
+                    await pg.update_data("s", '{"a": 1}')
+                    await pg.finalize("s", FinalizeSummary("completed"))
+                    assert [x.content for x in await pg.last_n("s", 5)] == ["hi"]
+                    assert [i.id for i in await pg.list_sessions()] == ["s"]
+                    assert await pg.delete_session("s")
+            finally:
+                raw(dsn, f"DROP OWNED BY {role}")
+                raw(dsn, f"DROP ROLE {role}")
 
 
 class TestStorage:
