@@ -9,12 +9,23 @@ A connection that breaks under a call is retried once after the pool has
 checked its idle connections. A non-idempotent write (``append``,
 ``finalize``) first asks, on the fresh connection, whether its lost attempt
 committed (by a random key stored with the row), so it is never applied twice.
+Cancellation: when every caller of a running statement has been cancelled
+(and it is the first attempt, not a retry after a lost connection), a helper
+thread asks the server to cancel it, repeating until the statement ends. A
+statement the server cancelled rolled back (each is one autocommit
+transaction), so its callers get ``trio.Cancelled`` and nothing happened; one
+that completed anyway is reported as done. The connection is then closed, not
+returned to the pool, so a late cancel request cannot hit a later statement.
+
 Imported only once psycopg is known to be installed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import outcome
@@ -22,7 +33,7 @@ import psycopg
 import psycopg_pool
 
 from agentloop import RunStep, StoreError, StoreUnavailableError
-from agentloopsql._worker import Job, dead_worker_error
+from agentloopsql._worker import Interrupted, Job, dead_worker_error
 
 if TYPE_CHECKING:
     from agentloopsql._pg_ops import PgOps
@@ -40,6 +51,37 @@ class _Lost(Exception):
         self.cause = cause
 
 
+# How often a running statement whose callers were all cancelled is asked again
+# to stop (a request that reaches the server between statements is ignored).
+_CANCEL_EVERY = 0.2
+
+
+class _Running:
+    """The jobs of one batch while a worker runs them: what :meth:`PgExecutor.interrupt` needs."""
+
+    __slots__ = ("cancelling", "conn", "done", "interruptible", "jobs")
+
+    def __init__(self, jobs: list[Job[Any]]) -> None:
+        self.jobs = jobs
+        self.conn: Conn | None = None  # set while the first attempt runs a statement
+        self.interruptible = True  # False once a retry begins: the outcome could be unknown
+        self.cancelling: threading.Thread | None = None
+        self.done = threading.Event()
+
+    def all_cancelled(self) -> bool:
+        return all(job.cancel_requested for job in self.jobs)
+
+
+def _send_cancels(run: _Running, conn: Conn) -> None:
+    safe = getattr(conn, "cancel_safe", None)  # psycopg >= 3.2
+    cancel = partial(safe, timeout=2.0) if safe is not None else conn.cancel
+    while True:
+        with contextlib.suppress(Exception):  # best effort; the next round tries again
+            cancel()
+        if run.done.wait(_CANCEL_EVERY):
+            return
+
+
 class PgExecutor:
     """Runs jobs for one store on its pool; see the module docstring."""
 
@@ -48,6 +90,21 @@ class PgExecutor:
     def __init__(self, pool: psycopg_pool.ConnectionPool[Any], ops: PgOps) -> None:
         self._pool = pool
         self._ops = ops
+        self._lock = threading.Lock()
+        self._running: dict[int, _Running] = {}  # id(job) -> its batch, while it runs
+
+    def interrupt(self, job: Job[Any]) -> None:
+        with self._lock:
+            job.cancel_requested = True
+            run = self._running.get(id(job))
+            if run is None or run.conn is None or run.cancelling is not None:
+                return  # not running a statement now; the worker checks the flag itself
+            if not (run.interruptible and run.all_cancelled()):
+                return
+            run.cancelling = threading.Thread(
+                target=_send_cancels, args=(run, run.conn), name="agentloopsql cancel", daemon=True
+            )
+            run.cancelling.start()
 
     def batchable(self, job: Job[Any]) -> bool:
         return job.item is not None
@@ -62,9 +119,21 @@ class PgExecutor:
         return dead_worker_error("PostgresStore", exc)
 
     def run_batch(self, conn: None, jobs: list[Job[Any]]) -> None:
+        run = _Running(jobs)
+        with self._lock:
+            for job in jobs:
+                self._running[id(job)] = run
+        try:
+            self._run_batch(run, jobs)
+        finally:
+            with self._lock:
+                for job in jobs:
+                    del self._running[id(job)]
+
+    def _run_batch(self, run: _Running, jobs: list[Job[Any]]) -> None:
         if len(jobs) == 1:
             job = jobs[0]
-            job.result = outcome.capture(self.call, job.fn, job.landed)
+            job.result = outcome.capture(self.call, job.fn, job.landed, run)
             return
         items = cast("list[tuple[RunStep, int]]", [job.item for job in jobs])
         ops = self._ops
@@ -73,10 +142,14 @@ class PgExecutor:
             self.call,
             lambda c: ops.append_many(c, items),
             lambda c: ops.append_landed(c, first_step.session_id, first_key),
+            run,
         )
         if isinstance(result, outcome.Value):
             for job in jobs:
                 job.result = outcome.Value(None)
+        elif isinstance(result.error, Interrupted):
+            for job in jobs:
+                job.result = outcome.Error(Interrupted())
         elif isinstance(result.error, StoreUnavailableError):
             error = result.error
             for job in jobs:  # one exception object per caller: tracebacks stay apart
@@ -85,17 +158,26 @@ class PgExecutor:
             for job in jobs:
                 job.result = outcome.capture(self.call, job.fn, job.landed)
 
-    def call(self, fn: Callable[[Conn], R], landed: Callable[[Conn], bool] | None) -> R:
+    def call(
+        self,
+        fn: Callable[[Conn], R],
+        landed: Callable[[Conn], bool] | None,
+        run: _Running | None = None,
+    ) -> R:
         """Run ``fn`` on a pooled connection, retrying once if the connection is lost.
 
         Raises:
+            Interrupted: every caller of ``run`` was cancelled and ``fn`` did not happen.
             StoreUnavailableError: no connection, or it was lost on the retry too.
             StoreError: the server refused the statement.
         """
         try:
-            return self._once(fn)
+            return self._once(fn, run)
         except _Lost:
             pass
+        if run is not None:
+            with self._lock:
+                run.interruptible = False
         try:
             self._pool.check()  # drop every other connection the same event killed
             if landed is not None and self._once(landed):
@@ -118,11 +200,13 @@ class PgExecutor:
             ) from cause
         raise StoreUnavailableError(f"PostgreSQL connection lost twice: {cause}", cause) from cause
 
-    def _once(self, fn: Callable[[Conn], R]) -> R:
+    def _once(self, fn: Callable[[Conn], R], run: _Running | None = None) -> R:
         conn = None
         try:
             with self._pool.connection() as conn:
-                return fn(conn)
+                if run is None:
+                    return fn(conn)
+                return self._interruptible(fn, conn, run)
         except psycopg_pool.PoolTimeout as exc:
             raise StoreUnavailableError(f"no PostgreSQL connection available: {exc}", exc) from exc
         except psycopg.Error as exc:
@@ -131,3 +215,24 @@ class PgExecutor:
             if isinstance(exc, psycopg.OperationalError):
                 raise StoreUnavailableError(f"PostgreSQL failed: {exc}", exc) from exc
             raise StoreError(f"PostgreSQL refused the statement: {exc}") from exc
+
+    def _interruptible(self, fn: Callable[[Conn], R], conn: Conn, run: _Running) -> R:
+        """``fn(conn)``, which :meth:`interrupt` may cancel on the server."""
+        with self._lock:
+            if run.all_cancelled():
+                raise Interrupted  # every caller gave up before it started
+            run.conn = conn
+        try:
+            return fn(conn)
+        except psycopg.errors.QueryCanceled:
+            if run.cancelling is None:
+                raise  # not ours (statement_timeout, an administrator)
+            raise Interrupted from None  # one autocommit statement: it rolled back
+        finally:
+            with self._lock:
+                run.conn = None
+                cancelling = run.cancelling
+            if cancelling is not None:
+                run.done.set()
+                cancelling.join()
+                conn.close()  # a late cancel request must not reach a later statement

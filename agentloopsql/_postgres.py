@@ -74,8 +74,14 @@ class PostgresStore(SqlStoreBase["Conn"]):
 
     **Cancellation handling**: a call cancelled while still queued for a
     worker raises ``trio.Cancelled`` and did nothing. Once a worker has taken
-    it, the call runs to its end (the thread is never abandoned) and returns
-    normally; the cancellation is delivered at the caller's next checkpoint.
+    it, the server is asked to cancel its statement (for batched appends,
+    only once every caller in the batch is cancelled), and the caller waits
+    for the worker: if the server cancelled it, the statement rolled back and
+    the call raises ``trio.Cancelled`` having done nothing; if it had already
+    committed, the call returns normally and the cancellation is delivered at
+    the caller's next checkpoint. A call being retried after a lost
+    connection is not cancelled on the server (its first attempt's outcome is
+    still being settled). The thread is never abandoned.
     """
 
     def __init__(

@@ -59,6 +59,9 @@ class SqliteExecutor:
     def disconnect(self, conn: sqlite3.Connection) -> None:
         conn.close()
 
+    def interrupt(self, job: Job[Any]) -> None:
+        return None  # a taken job runs to its end (its batch shares one transaction)
+
     def dead_error(self, exc: BaseException) -> StoreError:
         if isinstance(exc, sqlite3.Error):
             return unavailable(exc)

@@ -9,9 +9,11 @@ to trio only after that, so nothing a caller sees can still be rolled back.
 
 Cancellation: a job still queued when its caller is cancelled is removed and
 the caller gets ``trio.Cancelled`` (nothing happened). Once a worker has
-taken a job it always runs it to its end; the caller waits and returns the
-result normally (the cancellation is delivered at its next checkpoint). A
-worker is never abandoned mid-write.
+taken a job, the executor is asked to :meth:`~Executor.interrupt` it (it may
+decline). The caller waits for the worker either way: a job that ends with
+:class:`Interrupted` did not happen and its caller gets ``trio.Cancelled``;
+any other result is returned normally (the cancellation is delivered at the
+caller's next checkpoint). A worker is never abandoned mid-write.
 """
 
 from __future__ import annotations
@@ -31,10 +33,24 @@ R = TypeVar("R")
 ConnT = TypeVar("ConnT")
 
 
+class Interrupted(Exception):
+    """An executor's result for a taken job it stopped, on request, before it took effect."""
+
+
 class Job(Generic[R]):
     """One queued call: ``fn`` and what the executor may need to batch or recover it."""
 
-    __slots__ = ("fn", "item", "landed", "result", "taken", "task", "token", "write")
+    __slots__ = (
+        "cancel_requested",
+        "fn",
+        "item",
+        "landed",
+        "result",
+        "taken",
+        "task",
+        "token",
+        "write",
+    )
 
     def __init__(
         self,
@@ -50,6 +66,7 @@ class Job(Generic[R]):
         self.task = trio.lowlevel.current_task()
         self.token = trio.lowlevel.current_trio_token()
         self.taken = False
+        self.cancel_requested = False  # the executor's to set, under its own lock
         self.result: outcome.Outcome[R] | None = None
 
 
@@ -76,6 +93,15 @@ class Executor(Protocol[ConnT]):
 
     def dead_error(self, exc: BaseException) -> StoreError:
         """The error callers get once ``exc`` killed a worker (or its connect)."""
+        ...
+
+    def interrupt(self, job: Job[Any]) -> None:
+        """``job``'s caller was cancelled after a worker took it; called on the trio thread.
+
+        Must not block. The executor may stop the job and set its result to
+        :class:`Interrupted` only if the job then did not happen at all;
+        otherwise it lets the job finish.
+        """
         ...
 
 
@@ -130,14 +156,25 @@ class Workers(Generic[ConnT]):
 
         def abort(_: object) -> trio.lowlevel.Abort:
             with self._cond:
-                if job.taken:
-                    return trio.lowlevel.Abort.FAILED
-                self._queue.remove(job)
-            return trio.lowlevel.Abort.SUCCEEDED
+                taken = job.taken
+                if not taken:
+                    self._queue.remove(job)
+            if not taken:
+                return trio.lowlevel.Abort.SUCCEEDED
+            self._executor.interrupt(job)
+            return trio.lowlevel.Abort.FAILED
 
-        # trio unwraps the outcome the worker hands back: a value, or the raise.
-        result: R = await trio.lowlevel.wait_task_rescheduled(abort)
-        return result
+        try:
+            # trio unwraps the outcome the worker hands back: a value, or the raise.
+            result: R = await trio.lowlevel.wait_task_rescheduled(abort)
+        except Interrupted:
+            pass
+        else:
+            return result
+        # Only a cancelled caller's job is interrupted, and its scope is still
+        # cancelled: this checkpoint raises trio.Cancelled.
+        await trio.lowlevel.checkpoint()
+        raise StoreError(f"{self._owner}: the call was interrupted; it did not happen")
 
     async def close(self) -> None:
         """Run every job queued so far, then end the threads. Idempotent; shielded."""

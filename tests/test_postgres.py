@@ -413,16 +413,16 @@ class TestCancellation:
             async with await PostgresStore.open(dsn, schema=schema, pool_size=1) as again:
                 assert len(await again.all("s")) == 20
 
-    async def test_cancelled_while_running_completes(self, store: PostgresStore) -> None:
-        """A call cancelled while its statement runs finishes and returns normally."""
+    async def test_cancelled_after_commit_completes(self, store: PostgresStore) -> None:
+        """A call whose statement committed before its caller was cancelled returns normally."""
         started = threading.Event()
         gate = threading.Event()
         ops = store._ops
 
-        def slow_append(conn: Any) -> str:
-            started.set()
-            gate.wait()
+        def append_then_wait(conn: Any) -> str:
             ops.append(conn, step("s", 3), 1)
+            started.set()
+            gate.wait()  # the window between the commit and the answer
             return "done"
 
         results: list[str] = []
@@ -430,7 +430,7 @@ class TestCancellation:
 
         async def call() -> None:
             with scope:
-                results.append(await store._run(slow_append, write=True))
+                results.append(await store._run(append_then_wait, write=True))
                 await trio.lowlevel.checkpoint()
                 results.append("not cancelled")
 
@@ -439,9 +439,39 @@ class TestCancellation:
             await trio.to_thread.run_sync(started.wait)
             scope.cancel()
             await trio.testing.wait_all_tasks_blocked()
+            await trio.sleep(0.5)  # let cancel requests reach the idle connection
             gate.set()
         assert results == ["done"]
         assert [s.step_index for s in await store.all("s")] == [3]
+
+    async def test_cancelled_while_blocked_on_a_row_lock(
+        self, store: PostgresStore, dsn: str
+    ) -> None:
+        """A statement blocked by another connection's lock is cancelled on the server:
+        the caller gets Cancelled promptly, nothing was written, the store stays usable."""
+        import psycopg
+
+        await store.update_data("x", '"before"')
+        locker = psycopg.connect(dsn)
+        release = threading.Timer(10, locker.rollback)  # without the fix: fail, don't hang
+        try:
+            locker.execute(
+                f'SELECT 1 FROM "{store.schema}".sessions WHERE id = %s FOR UPDATE', ("x",)
+            )
+            release.start()
+            started = time.monotonic()
+            with trio.move_on_after(0.5) as scope:
+                await store.update_data("x", '"during"')
+            elapsed = time.monotonic() - started
+            assert scope.cancelled_caught
+            assert elapsed < 5
+            locker.rollback()
+            assert (await store.get("x")).data == '"before"'
+            await store.update_data("x", '"after"')
+            assert (await store.get("x")).data == '"after"'
+        finally:
+            release.cancel()
+            locker.close()
 
 
 def test_drop_schema_helper_is_idempotent() -> None:
