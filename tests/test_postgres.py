@@ -444,6 +444,56 @@ class TestCancellation:
         assert results == ["done"]
         assert [s.step_index for s in await store.all("s")] == [3]
 
+    @pytest.mark.parametrize("cancelled", [3, 2])
+    async def test_blocked_batch_is_cancelled_only_with_all_its_callers(
+        self, dsn: str, cancelled: int
+    ) -> None:
+        """A blocked batched append is cancelled on the server only once all its callers are."""
+        import psycopg
+
+        async with (
+            fresh_schema(dsn) as schema,
+            await PostgresStore.open(dsn, schema=schema, pool_size=1) as pg,
+        ):
+            await pg.append(step("s", 0))
+            locker = psycopg.connect(dsn)
+            release = threading.Timer(10, locker.rollback)
+            scopes = [trio.CancelScope() for _ in range(3)]
+            returned: list[int] = []
+
+            async def call(index: int) -> None:
+                with scopes[index - 1]:
+                    await pg.append(step("s", index))
+                    returned.append(index)
+
+            try:
+                locker.execute(f'LOCK TABLE "{schema}".steps IN EXCLUSIVE MODE')
+                release.start()
+                gate = threading.Event()
+                async with trio.open_nursery() as nursery:
+                    await occupy_worker(pg, nursery, gate)
+                    for index in (1, 2, 3):
+                        nursery.start_soon(call, index)
+                    await trio.testing.wait_all_tasks_blocked()
+                    gate.set()
+                    await trio.sleep(0.3)  # the batch is now waiting for the lock
+                    for scope in scopes[:cancelled]:
+                        scope.cancel()
+                    if cancelled < 3:
+                        await trio.sleep(0.5)
+                        locker.rollback()
+            finally:
+                release.cancel()
+                locker.close()
+            stored = [s.step_index for s in await pg.all("s")]
+            if cancelled == 3:
+                assert all(scope.cancelled_caught for scope in scopes)
+                assert returned == []
+                assert stored == [0]
+            else:
+                assert sorted(returned) == [1, 2, 3]
+                assert sorted(stored) == [0, 1, 2, 3]
+
     async def test_cancelled_while_blocked_on_a_row_lock(
         self, store: PostgresStore, dsn: str
     ) -> None:
