@@ -72,7 +72,7 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def validate_schema(name: object) -> str:
-    """Check a schema name: 1-63 of ``[a-z0-9_]``, not starting with a digit.
+    """Check a schema name: 1-63 of ``[a-z0-9_]``, not starting with a digit or ``pg_``.
 
     Raises:
         TypeError: ``name`` is not a ``str``.
@@ -85,6 +85,8 @@ def validate_schema(name: object) -> str:
             "schema must be 1-63 characters of a-z, 0-9 and _, not starting with a digit, "
             f"got {preview(name)}"
         )
+    if name.startswith("pg_"):  # PostgreSQL refuses to create schemas with this prefix
+        raise ValueError(f"schema must not start with 'pg_' (reserved by PostgreSQL), got {name!r}")
     return name
 
 

@@ -6,6 +6,7 @@ psycopg is imported lazily: ``import agentloopsql`` works without it, and
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from functools import partial
@@ -140,8 +141,10 @@ class PostgresStore(SqlStoreBase["Conn"]):
             raise TypeError(
                 f"pool_timeout must be a number of seconds, got {preview(pool_timeout)}"
             )
-        if pool_timeout <= 0:
-            raise ValueError(f"pool_timeout must be > 0 seconds, got {pool_timeout!r}")
+        if not (math.isfinite(pool_timeout) and pool_timeout > 0):
+            raise ValueError(
+                f"pool_timeout must be a finite number of seconds > 0, got {pool_timeout!r}"
+            )
         timeout = float(pool_timeout)
         pool = _new_pool(dsn, pool_size, timeout)
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -207,7 +208,8 @@ class SqliteStore(SqlStoreBase[sqlite3.Connection]):
 
         Raises:
             TypeError: ``path`` is not a str or path; a bad ``synchronous``/``busy_timeout``.
-            ValueError: ``path`` is empty; ``synchronous`` is not one of the choices above.
+            ValueError: ``path`` is empty; ``synchronous`` is not one of the choices above;
+                ``busy_timeout`` is not finite and > 0.
             StoreError: the file's schema is newer than this version supports.
             StoreUnavailableError: SQLite could not open or migrate the file.
 
@@ -230,8 +232,10 @@ class SqliteStore(SqlStoreBase[sqlite3.Connection]):
             raise TypeError(
                 f"busy_timeout must be a number of seconds, got {preview(busy_timeout)}"
             )
-        if busy_timeout < 0:
-            raise ValueError(f"busy_timeout must be >= 0 seconds, got {busy_timeout!r}")
+        if not (math.isfinite(busy_timeout) and busy_timeout > 0):
+            raise ValueError(
+                f"busy_timeout must be a finite number of seconds > 0, got {busy_timeout!r}"
+            )
         mode = synchronous.lower()
         timeout = float(busy_timeout)
         executor = SqliteExecutor(lambda: connect(name, mode, timeout))

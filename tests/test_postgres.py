@@ -90,11 +90,12 @@ class TestOpen:
             assert isinstance(store, protocol)
 
     @pytest.mark.parametrize(
-        "schema", ["Public", "a-b", "x; DROP SCHEMA public", "", "1abc", "a" * 64, 'q"uote']
+        "schema",
+        ["Public", "a-b", "x; DROP SCHEMA public", "", "1abc", "a" * 64, 'q"uote', "pg_x"],
     )
     async def test_bad_schema_names_refused(self, dsn: str, schema: str) -> None:
-        """Schema names outside [a-z_][a-z0-9_]{0,62} are refused before connecting."""
-        with pytest.raises(ValueError, match=r"^schema must be"):
+        """Names outside [a-z_][a-z0-9_]{0,62}, or reserved pg_*, are refused before connecting."""
+        with pytest.raises(ValueError, match=r"^schema must (be|not start with 'pg_')"):
             await PostgresStore.open(dsn, schema=schema)
 
     async def test_bad_arguments(self, dsn: str) -> None:
@@ -103,6 +104,9 @@ class TestOpen:
             await PostgresStore.open(b"postgresql://x")  # type: ignore[arg-type]
         with pytest.raises(ValueError, match=r"^pool_size must be"):
             await PostgresStore.open(dsn, pool_size=0)
+        for bad in (0, -1, float("nan"), float("inf")):
+            with pytest.raises(ValueError, match=r"^pool_timeout must be a finite number"):
+                await PostgresStore.open(dsn, pool_timeout=bad)
         with pytest.raises(TypeError, match=r"^schema must be"):
             await PostgresStore.open(dsn, schema=5)  # type: ignore[arg-type]
 

@@ -103,8 +103,9 @@ class TestOpen:
             await SqliteStore.open("")
         with pytest.raises(ValueError, match=r"^synchronous must be one of"):
             await SqliteStore.open(db, synchronous="off")
-        with pytest.raises(ValueError, match=r"^busy_timeout must be"):
-            await SqliteStore.open(db, busy_timeout=-1)
+        for bad in (-1, 0, float("nan"), float("inf")):
+            with pytest.raises(ValueError, match=r"^busy_timeout must be a finite number"):
+                await SqliteStore.open(db, busy_timeout=bad)
 
     async def test_unopenable_file(self, tmp_path: Path) -> None:
         """A path SQLite cannot open surfaces as StoreUnavailableError with the cause."""
