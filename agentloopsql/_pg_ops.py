@@ -51,23 +51,29 @@ _QUERIES = {
         "system_prompt = EXCLUDED.system_prompt, system_prompt_nul = EXCLUDED.system_prompt_nul, "
         "data = EXCLUDED.data, updated_at = EXCLUDED.updated_at, write_seq = EXCLUDED.write_seq"
     ),
+    # Applied only if its key is new: repeating a finalize (a retry after a lost
+    # connection) never counts its steps twice.
     "finalize": (
+        "WITH fresh AS (INSERT INTO {s}.finalize_keys (session_id, key) VALUES (%s, %s) "
+        "ON CONFLICT DO NOTHING RETURNING 1) "
         f"INSERT INTO {{s}}.sessions (id, system_prompt, {_FINAL}, final_key, step_total, "
-        "created_at, updated_at, write_seq) VALUES (%s, '', %s, %s, %s, %s, %s, %s, %s, %s, "
-        "%s, %s, nextval('{s}.session_writes')) ON CONFLICT (id) DO UPDATE SET "
+        "created_at, updated_at, write_seq) SELECT %s, '', %s, %s, %s, %s, %s, %s, %s, %s, "
+        "%s, %s, nextval('{s}.session_writes') WHERE EXISTS (SELECT 1 FROM fresh) "
+        "ON CONFLICT (id) DO UPDATE SET "
         + ", ".join(f"{column} = EXCLUDED.{column}" for column in _codec.FINAL_COLUMNS)
         + ", final_key = EXCLUDED.final_key, "
         "step_total = {s}.sessions.step_total + EXCLUDED.step_total, "
         "updated_at = EXCLUDED.updated_at, write_seq = EXCLUDED.write_seq"
     ),
-    "finalize_landed": "SELECT final_key = %s FROM {s}.sessions WHERE id = %s",
+    "finalize_landed": "SELECT 1 FROM {s}.finalize_keys WHERE session_id = %s AND key = %s",
     "final": f"SELECT {_FINAL} FROM {{s}}.sessions WHERE id = %s",
     "list_sessions": (
         "SELECT id, final_status, step_total, created_at, updated_at FROM {s}.sessions "
         "ORDER BY write_seq DESC LIMIT %s"
     ),
     "delete_session": (
-        "WITH gone_steps AS (DELETE FROM {s}.steps WHERE session_id = %(id)s RETURNING 1), "
+        "WITH gone_keys AS (DELETE FROM {s}.finalize_keys WHERE session_id = %(id)s), "
+        "gone_steps AS (DELETE FROM {s}.steps WHERE session_id = %(id)s RETURNING 1), "
         "gone_session AS (DELETE FROM {s}.sessions WHERE id = %(id)s RETURNING 1) "
         "SELECT (SELECT count(*) FROM gone_steps) + (SELECT count(*) FROM gone_session)"
     ),
@@ -163,12 +169,20 @@ class PgOps:
 
     def finalize(self, conn: Conn, session_id: str, summary: FinalizeSummary, key: int) -> None:
         now = _codec.now()
-        params = (session_id, *_codec.final_params(summary), key, summary.step_count, now, now)
+        params = (
+            session_id,
+            key,
+            session_id,
+            *_codec.final_params(summary),
+            key,
+            summary.step_count,
+            now,
+            now,
+        )
         conn.execute(self.q["finalize"], params)
 
     def finalize_landed(self, conn: Conn, session_id: str, key: int) -> bool:
-        row = conn.execute(self.q["finalize_landed"], (key, session_id)).fetchone()
-        return row is not None and bool(row[0])
+        return conn.execute(self.q["finalize_landed"], (session_id, key)).fetchone() is not None
 
     def final(self, conn: Conn, session_id: str) -> FinalizeSummary | None:
         row = conn.execute(self.q["final"], (session_id,)).fetchone()

@@ -66,6 +66,20 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """,
         "CREATE INDEX steps_by_session ON {s}.steps (session_id, seq)",
     ),
+    (
+        # Every finalize's random key, so a retried finalize is applied at most
+        # once even when a concurrent finalize has since replaced final_key.
+        """
+        CREATE TABLE {s}.finalize_keys (
+            session_id text COLLATE "C" NOT NULL,
+            key bigint NOT NULL,
+            PRIMARY KEY (session_id, key)
+        )
+        """,
+        # Sessions finalized before this version: their current key, for the same check.
+        "INSERT INTO {s}.finalize_keys SELECT id, final_key FROM {s}.sessions "
+        "WHERE final_key IS NOT NULL",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

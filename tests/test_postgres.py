@@ -180,7 +180,30 @@ class TestOpen:
                     nursery.start_soon(open_one)
             for pg in stores:
                 await pg.aclose()
-            assert raw(dsn, f'SELECT version FROM "{schema}".schema_version') == [(1,)]
+            from agentloopsql._pg_schema import SCHEMA_VERSION
+
+            version = raw(dsn, f'SELECT version FROM "{schema}".schema_version')
+            assert version == [(SCHEMA_VERSION,)]
+
+    async def test_version_1_schema_is_migrated(self, dsn: str) -> None:
+        """A schema left at version 1 gains finalize_keys, seeded with each session's final_key."""
+        from agentloopsql._pg_schema import SCHEMA_VERSION
+
+        async with fresh_schema(dsn) as schema:
+            async with await PostgresStore.open(dsn, schema=schema, pool_size=1) as pg:
+                await pg.finalize("s", FinalizeSummary("completed", step_count=2))
+            key = raw(dsn, f'SELECT final_key FROM "{schema}".sessions')[0][0]
+            raw(dsn, f'DROP TABLE "{schema}".finalize_keys')
+            raw(dsn, f'UPDATE "{schema}".schema_version SET version = 1')
+            async with await PostgresStore.open(dsn, schema=schema, pool_size=1) as pg:
+                version = raw(dsn, f'SELECT version FROM "{schema}".schema_version')
+                assert version == [(SCHEMA_VERSION,)]
+                assert raw(dsn, f'SELECT session_id, key FROM "{schema}".finalize_keys') == [
+                    ("s", key)
+                ]
+                await pg.finalize("s", FinalizeSummary("error", step_count=1))
+                [info] = await pg.list_sessions()
+                assert (info.id, info.step_count) == ("s", 3)
 
     async def test_newer_schema_refused(self, dsn: str) -> None:
         """A schema migrated by a newer agentloopsql is refused with StoreError."""
@@ -312,6 +335,51 @@ class TestConnectionLoss:
             append_then_die, write=True, landed=lambda conn: ops.append_landed(conn, "s", 42)
         )
         assert [s.content for s in await pg.all("s")] == ["once"]
+
+    async def test_lost_finalize_retry_counts_once(
+        self, app_store: tuple[PostgresStore, str], dsn: str
+    ) -> None:
+        """A finalize that committed, was overtaken by another finalize, then lost its
+        connection is not applied again: step counts add up once, the later finalize wins."""
+        import psycopg
+
+        pg, _ = app_store
+        ops = pg._ops
+        attempts: list[int] = []
+
+        def finalize_overtaken_then_die(conn: Any) -> None:
+            attempts.append(1)
+            ops.finalize(conn, "s", FinalizeSummary("completed", step_count=5), 42)
+            if len(attempts) > 1:
+                return
+            with psycopg.connect(dsn, autocommit=True) as other:
+                ops.finalize(other, "s", FinalizeSummary("error", step_count=1), 43)
+            conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+        await pg._run(
+            finalize_overtaken_then_die,
+            write=True,
+            landed=lambda conn: ops.finalize_landed(conn, "s", 42),
+        )
+        [info] = await pg.list_sessions()
+        assert info.step_count == 6
+        final = await pg.final("s")
+        assert final is not None
+        assert final.status.value == "error"
+
+    async def test_repeated_finalize_key_is_applied_once(self, store: PostgresStore) -> None:
+        """Running one finalize statement twice with its key (a blind retry) counts once."""
+        ops = store._ops
+
+        def twice(conn: Any) -> None:
+            for _ in range(2):
+                ops.finalize(conn, "s", FinalizeSummary("completed", step_count=4), 7)
+
+        await store._run(twice, write=True)
+        [info] = await store.list_sessions()
+        assert info.step_count == 4
+        assert await store.delete_session("s")
+        assert await store.list_sessions() == []
 
     async def test_lost_twice_surfaces(self, app_store: tuple[PostgresStore, str]) -> None:
         """A call whose connection dies on the retry too raises StoreUnavailableError."""
