@@ -212,6 +212,12 @@ class PgExecutor:
         except psycopg.Error as exc:
             if conn is not None and (conn.broken or conn.closed):
                 raise _Lost(exc) from None
+            if isinstance(exc, psycopg.errors.QueryCanceled):  # statement_timeout, an admin
+                raise StoreUnavailableError(
+                    f"PostgreSQL cancelled the statement (statement_timeout or an administrator), "
+                    f"which rolled back: {exc}",
+                    exc,
+                ) from exc
             if isinstance(exc, psycopg.OperationalError):
                 raise StoreUnavailableError(f"PostgreSQL failed: {exc}", exc) from exc
             raise StoreError(f"PostgreSQL refused the statement: {exc}") from exc

@@ -105,6 +105,7 @@ class PostgresStore(SqlStoreBase["Conn"]):
         schema: str | None = None,
         pool_size: int = 8,
         pool_timeout: float = 30.0,
+        statement_timeout: float | None = None,
     ) -> PostgresStore:
         """Connect to ``dsn``, then create or migrate the store's tables in ``schema``.
 
@@ -113,10 +114,16 @@ class PostgresStore(SqlStoreBase["Conn"]):
         database; ``None`` uses the connection's current schema (usually
         ``public``). ``pool_size`` connections are opened; ``pool_timeout`` is how
         long, in seconds, a call waits for a connection before giving up.
+        ``statement_timeout`` (seconds, ``None`` for the server's setting) makes
+        the server cancel any of the store's statements that runs longer, for
+        example one waiting on another connection's lock; that call then
+        raises ``StoreUnavailableError`` and its statement rolled back. It
+        bounds how long a call, and so ``aclose``, can wait on the server.
 
         Raises:
             ImportError: psycopg is not installed (``pip install 'agentloop[postgres]'``).
-            TypeError, ValueError: a bad ``dsn``, ``schema``, ``pool_size`` or ``pool_timeout``.
+            TypeError, ValueError: a bad ``dsn``, ``schema``, ``pool_size``, ``pool_timeout``
+                or ``statement_timeout``.
             StoreError: the schema is newer than this version supports.
             StoreUnavailableError: the server could not be reached or refused the migration.
 
@@ -145,8 +152,22 @@ class PostgresStore(SqlStoreBase["Conn"]):
             raise ValueError(
                 f"pool_timeout must be a finite number of seconds > 0, got {pool_timeout!r}"
             )
+        if statement_timeout is not None:
+            if not isinstance(statement_timeout, int | float) or isinstance(
+                statement_timeout, bool
+            ):
+                raise TypeError(
+                    "statement_timeout must be a number of seconds or None, "
+                    f"got {preview(statement_timeout)}"
+                )
+            if not (math.isfinite(statement_timeout) and statement_timeout >= 0.001):
+                raise ValueError(
+                    "statement_timeout must be a finite number of seconds >= 0.001, "
+                    f"got {statement_timeout!r}"
+                )
         timeout = float(pool_timeout)
-        pool = _new_pool(dsn, pool_size, timeout)
+        statement_ms = None if statement_timeout is None else round(statement_timeout * 1000)
+        pool = _new_pool(dsn, pool_size, timeout, statement_ms)
         try:
             pool.open(wait=False)  # only starts the pool's connecting threads
             with trio.move_on_after(timeout) as waiting:
@@ -196,7 +217,9 @@ class PostgresStore(SqlStoreBase["Conn"]):
         return f"<PostgresStore schema={self._schema!r} ({state})>"
 
 
-def _new_pool(dsn: str, size: int, timeout: float) -> psycopg_pool.ConnectionPool[Any]:
+def _new_pool(
+    dsn: str, size: int, timeout: float, statement_ms: int | None
+) -> psycopg_pool.ConnectionPool[Any]:
     import psycopg
     import psycopg_pool
 
@@ -212,15 +235,17 @@ def _new_pool(dsn: str, size: int, timeout: float) -> psycopg_pool.ConnectionPoo
         min_size=size,
         max_size=size,
         kwargs=kwargs,
-        configure=_configure,
+        configure=partial(_configure, statement_ms=statement_ms),
         open=False,
         timeout=timeout,
         name="agentloopsql",
     )
 
 
-def _configure(conn: Conn) -> None:
+def _configure(conn: Conn, *, statement_ms: int | None) -> None:
     conn.execute("SET TIME ZONE 'UTC'")
+    if statement_ms is not None:
+        conn.execute(f"SET statement_timeout = {statement_ms:d}")
 
 
 async def _wait_ready(pool: psycopg_pool.ConnectionPool[Any], size: int) -> None:

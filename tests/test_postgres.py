@@ -516,6 +516,36 @@ class TestCancellation:
         assert results == ["done"]
         assert [s.step_index for s in await store.all("s")] == [3]
 
+    async def test_statement_timeout_ends_a_blocked_call(self, dsn: str) -> None:
+        """With statement_timeout, a call blocked on a lock fails with StoreUnavailableError,
+        writes nothing, and aclose does not wait on the lock."""
+        import psycopg
+
+        with pytest.raises(ValueError, match=r"^statement_timeout must be a finite number"):
+            await PostgresStore.open(dsn, statement_timeout=float("inf"))
+        with pytest.raises(TypeError, match=r"^statement_timeout must be a number"):
+            await PostgresStore.open(dsn, statement_timeout="1")  # type: ignore[arg-type]
+        async with fresh_schema(dsn) as schema:
+            pg = await PostgresStore.open(dsn, schema=schema, pool_size=1, statement_timeout=0.3)
+            await pg.update_data("x", '"before"')
+            locker = psycopg.connect(dsn)
+            release = threading.Timer(10, locker.rollback)
+            try:
+                locker.execute(
+                    f'SELECT 1 FROM "{schema}".sessions WHERE id = %s FOR UPDATE', ("x",)
+                )
+                release.start()
+                started = time.monotonic()
+                with pytest.raises(StoreUnavailableError, match=r"statement_timeout"):
+                    await pg.update_data("x", '"during"')
+                assert time.monotonic() - started < 5
+                locker.rollback()
+                assert (await pg.get("x")).data == '"before"'
+            finally:
+                release.cancel()
+                locker.close()
+                await pg.aclose()
+
     @pytest.mark.parametrize("cancelled", [3, 2])
     async def test_blocked_batch_is_cancelled_only_with_all_its_callers(
         self, dsn: str, cancelled: int
