@@ -102,6 +102,7 @@ CATALOGUE: tuple[Broken, ...] = (
     _steps(steps.CrossedAppends, "step.concurrency.many-sessions"),
     _steps(steps.LostAppends, "step.concurrency.one-session"),
     _steps(steps.TornReads, "step.concurrency.read-during-append"),
+    _steps(steps.PagedReads, "step.concurrency.read-during-append"),
     _steps(steps.PartialOnCancel, "step.cancel.append"),
     _steps(steps.LeaksLockOnCancel, "step.cancel.reads"),
     _steps(steps.PartialDelete, "step.cancel.delete"),

@@ -336,3 +336,29 @@ class TornReads(GoodSteps):
             got.insert(0, steps[len(steps) - 1 - k])
             await trio.lowlevel.checkpoint()
         return got
+
+
+class PagedReads(GoodSteps):
+    """Windows longer than 64 are read in pages of 64 from a moving end, yielding between pages."""
+
+    PAGE = 64
+
+    async def paged(self, session_id: str, n: int) -> list[RunStep]:
+        """The newest ``n`` steps, assembled page by page (torn under concurrent appends)."""
+        got: list[RunStep] = []
+        while True:
+            steps = self.steps.get(session_id, [])
+            total = min(n, len(steps))
+            if len(got) >= total:
+                return got
+            end = len(steps) - len(got)
+            got[:0] = steps[max(end - self.PAGE, len(steps) - total) : end]
+            await trio.lowlevel.checkpoint()
+
+    async def last_n(self, session_id: str, n: int) -> list[RunStep]:
+        got = await super().last_n(session_id, n)
+        return got if n <= self.PAGE else await self.paged(session_id, n)
+
+    async def all(self, session_id: str) -> list[RunStep]:
+        await super().all(session_id)
+        return await self.paged(session_id, 2**62)
