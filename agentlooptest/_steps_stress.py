@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from agentloop import RunStep
+from agentloop import RunStep, SupportsAll
 from agentlooptest._cancel import Points, cancel_at, still_usable
-from agentlooptest._clause import CAPABILITIES, Violation, clause, expect, expect_closed
+from agentlooptest._clause import Violation, clause, expect, expect_closed
 from agentlooptest._data import describe, mismatch, same_steps, step
 from agentlooptest._stores import Steps, open_steps
 
@@ -138,9 +138,8 @@ async def _read_during_append(h: Harness) -> None:
         reads: list[tuple[str, Callable[[], Awaitable[list[RunStep]]]]] = [
             (f"last_n('busy', {window})", partial(s.store.last_n, "busy", window))
         ]
-        store: Any = s.store
-        if isinstance(store, CAPABILITIES["all"]):
-            reads.append(("all('busy')", partial(store.all, "busy")))
+        if isinstance(s.store, SupportsAll):
+            reads.append(("all('busy')", partial(s.store.all, "busy")))
         torn: list[str] = []
 
         async def writer() -> None:
