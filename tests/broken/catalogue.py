@@ -136,6 +136,8 @@ CATALOGUE: tuple[Broken, ...] = (
     _sessions(sessions.TornWrites, "session.concurrency.same-session"),
     _sessions(sessions.CrossedWrites, "session.concurrency.many-sessions"),
     _sessions(sessions.CheckThenInsert, "session.concurrency.first-writes"),
+    _sessions(sessions.CacheAsideSessions, "session.concurrency.read-your-writes"),
+    _sessions(sessions.FinalizeStaleRow, "session.concurrency.finalize-keeps-data"),
     _sessions(sessions.PartialOnCancel, "session.cancel.writes"),
     _sessions(sessions.LeaksLockOnCancel, "session.cancel.reads"),
     _sessions(sessions.PartialDelete, "session.cancel.delete"),

@@ -389,3 +389,50 @@ class SummaryByPrefix(GoodSessions):
                 if session_id.startswith(sid) and record.final is not None:
                     return record.final
         return got
+
+
+class CacheAsideSessions(GoodSessions):
+    """A get cache dropped before each write's round trip: a get in between re-fills it stale."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cache: dict[str, Session] = {}
+
+    async def get(self, session_id: str) -> Session:
+        if session_id in self.cache:
+            await trio.lowlevel.checkpoint()
+            return self.cache[session_id]
+        got = await super().get(session_id)
+        self.cache[session_id] = got
+        return got
+
+    async def invalidate(self, session_id: str) -> None:
+        """Drop the cached row, then pay the write's round trip."""
+        self.cache.pop(session_id, None)
+        await trio.lowlevel.checkpoint()
+
+    async def update_data(self, session_id: str, snapshot: str | None) -> None:
+        await self.invalidate(session_id)
+        await super().update_data(session_id, snapshot)
+
+    async def put(self, session: Session) -> None:
+        await self.invalidate(session.id)
+        await super().put(session)
+
+    async def delete_session(self, session_id: str) -> bool:
+        await self.invalidate(session_id)
+        return await super().delete_session(session_id)
+
+
+class FinalizeStaleRow(GoodSessions):
+    """finalize on an existing session loads the row, awaits a round trip, then saves it whole."""
+
+    async def finalize(self, session_id: str, summary: FinalizeSummary) -> None:
+        record = self.records.get(session_id)
+        if record is None:
+            await super().finalize(session_id, summary)
+            return
+        loaded = record.session
+        await trio.sleep(0.002)
+        await super().finalize(session_id, summary)
+        record.session = loaded
