@@ -74,6 +74,7 @@ JSON_DOCS = (
     '{"nested": {"list": [1, 2.5, -3, 1e-07, 12345678901234567890], "empty": {}, "none": null}}',
     '{"unicode": "é 中 🧪 שלום", "escaped": "\\u00e9\\ud83e\\uddea", "quote": "\\"q\\""}',
     '{"b": 1, "a": 2}',
+    '{"mode": null, "path": "a.txt", "limit": null}',
     '  {"spaced" :  [ 1 , 2 ] }  ',
     '{"big": 9223372036854775807, "neg": -9223372036854775808, "float": 0.1}',
     '{"integral floats": [1.0, 1E2, -0.0, 2.50]}',

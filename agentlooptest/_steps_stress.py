@@ -215,31 +215,38 @@ async def _after_cancel(s: Steps, sid: str, before: list[RunStep], extra: RunSte
 )
 async def _cancel_append(h: Harness) -> None:
     async with open_steps(h) as s:
-        points = Points()
-        for point in points:
-            sid = f"cancel-append-{point}"
-            before = [step(sid, 0)]
-            await s.append_all(before)
-            new = step(sid, 1, content="the step being cancelled", tool_args='{"k": [1, 2]}')
-            done = await cancel_at(partial(s.store.append, new), point)
-            points.finished(done)
-            got = await still_usable(f"last_n({sid!r}, 10)", partial(s.last_n, sid, 10))
-            did = f"appended a step to {sid!r}, cancelled after {point} checkpoint(s), then last_n"
-            if done:
-                expect(
-                    same_steps([*before, new], got),
-                    did=did + " (the append returned)",
-                    expected=describe([*before, new]),
-                    got=mismatch([*before, new], got),
+        # The first append to a session often takes another path (it creates the row).
+        for first in (True, False):
+            points = Points()
+            for point in points:
+                sid = f"cancel-{'first' if first else 'append'}-{point}"
+                before = [] if first else [step(sid, 0)]
+                await s.ensure(sid)
+                await s.append_all(before)
+                new = step(
+                    sid, len(before), content="the step being cancelled", tool_args='{"k": [1, 2]}'
                 )
-            else:
-                expect(
-                    same_steps(before, got) or same_steps([*before, new], got),
-                    did=did,
-                    expected=f"either {describe(before)} or {describe([*before, new])}, whole",
-                    got=mismatch([*before, new], got),
-                )
-            await _after_cancel(s, sid, got, step(sid, 2, content="after the cancel"))
+                done = await cancel_at(partial(s.store.append, new), point)
+                points.finished(done)
+                got = await still_usable(f"last_n({sid!r}, 10)", partial(s.last_n, sid, 10))
+                what = "the first step" if first else "a step"
+                did = f"appended {what} to {sid!r}, cancelled after {point} checkpoint(s), "
+                did += "then last_n"
+                if done:
+                    expect(
+                        same_steps([*before, new], got),
+                        did=did + " (the append returned)",
+                        expected=describe([*before, new]),
+                        got=mismatch([*before, new], got),
+                    )
+                else:
+                    expect(
+                        same_steps(before, got) or same_steps([*before, new], got),
+                        did=did,
+                        expected=f"either {describe(before)} or {describe([*before, new])}, whole",
+                        got=mismatch([*before, new], got),
+                    )
+                await _after_cancel(s, sid, got, step(sid, 2, content="after the cancel"))
 
 
 async def _cancel_read(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
 import unicodedata
 from typing import Any, ClassVar
@@ -274,10 +276,14 @@ class FinalKeepsFirst(GoodSessions):
 
 
 class ListsByClock(GoodSessions):
-    """Orders list_sessions by an updated_at clock that ties, then by id."""
+    """Orders list_sessions by a coarse updated_at clock (whole minutes) that ties, then by id."""
 
     def order(self) -> list[_Record]:
-        return sorted(self.records.values(), key=lambda r: (r.updated, r.session.id), reverse=True)
+        return sorted(
+            self.records.values(),
+            key=lambda r: (r.updated.replace(second=0, microsecond=0), r.session.id),
+            reverse=True,
+        )
 
 
 class ListIgnoresLimit(GoodSessions):
@@ -436,3 +442,42 @@ class FinalizeStaleRow(GoodSessions):
         await trio.sleep(0.002)
         await super().finalize(session_id, summary)
         record.session = loaded
+
+
+class DropsNullData(GoodSessions):
+    """Drops top-level keys whose value is null from the data snapshot (exclude_none)."""
+
+    async def update_data(self, session_id: str, snapshot: str | None) -> None:
+        if isinstance(snapshot, str):
+            with contextlib.suppress(ValueError):  # left for the store's check, which refuses it
+                value = json.loads(snapshot)
+                if isinstance(value, dict):
+                    snapshot = json.dumps({k: v for k, v in value.items() if v is not None})
+        await super().update_data(session_id, snapshot)
+
+
+class TruncatesPrompt(GoodSessions):
+    """put keeps 64 KiB of the system prompt and 64 characters of the model name."""
+
+    async def put(self, session: Session) -> None:
+        if isinstance(session, Session):
+            session = Session(
+                session.id, session.model[:64], session.system_prompt[:65535], session.data
+            )
+        await super().put(session)
+
+
+class CreatedAtResets(GoodSessions):
+    """created_at is reset to the time of every write."""
+
+    def info(self, r: _Record) -> SessionInfo:
+        got = super().info(r)
+        return SessionInfo(got.id, got.status, got.step_count, got.updated_at, got.updated_at)
+
+
+class UpdatedAtFrozen(GoodSessions):
+    """updated_at stays at the creation time: it never moves."""
+
+    def info(self, r: _Record) -> SessionInfo:
+        got = super().info(r)
+        return SessionInfo(got.id, got.status, got.step_count, got.created_at, got.created_at)
