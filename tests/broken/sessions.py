@@ -481,3 +481,12 @@ class UpdatedAtFrozen(GoodSessions):
     def info(self, r: _Record) -> SessionInfo:
         got = super().info(r)
         return SessionInfo(got.id, got.status, got.step_count, got.created_at, got.created_at)
+
+
+class NfcData(GoodSessions):
+    """NFC-normalizes the data snapshot's text before keeping it."""
+
+    async def update_data(self, session_id: str, snapshot: str | None) -> None:
+        if isinstance(snapshot, str):
+            snapshot = unicodedata.normalize("NFC", snapshot)
+        await super().update_data(session_id, snapshot)

@@ -417,3 +417,10 @@ class SharedEmpty(GoodSteps):
     async def last_n(self, session_id: str, n: int) -> list[RunStep]:
         got = await super().last_n(session_id, n)
         return got if got else _EMPTY
+
+
+class StripsBom(GoodSteps):
+    """Strips a leading byte order mark from content (a utf-8-sig round trip)."""
+
+    def stored(self, step: RunStep) -> RunStep:
+        return attrs.evolve(step, content=step.content.removeprefix("\ufeff"))
