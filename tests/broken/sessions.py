@@ -405,9 +405,10 @@ class CacheAsideSessions(GoodSessions):
         self.cache: dict[str, Session] = {}
 
     async def get(self, session_id: str) -> Session:
-        if session_id in self.cache:
+        cached = self.cache.get(session_id)
+        if cached is not None:
             await trio.lowlevel.checkpoint()
-            return self.cache[session_id]
+            return cached
         got = await super().get(session_id)
         self.cache[session_id] = got
         return got
