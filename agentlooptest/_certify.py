@@ -54,9 +54,9 @@ async def certify(
         if _factory(harness, protocol) is None or not any(c.protocol == protocol for c in chosen):
             continue
         try:
-            capabilities[protocol] = await probe(harness, protocol)
+            capabilities[protocol] = await probe(harness, protocol, clause_timeout=clause_timeout)
         except Violation as violation:
-            broken[protocol] = _factory_failure(protocol, violation)
+            broken[protocol] = factory_failure(protocol, violation)
         except Exception as exc:
             broken[protocol] = (
                 f"[{protocol}] opening a store with the harness failed: "
@@ -84,7 +84,7 @@ def _factory(harness: Harness, protocol: str) -> object:
     return harness.new_step_store if protocol == "step" else harness.new_session_store
 
 
-def _factory_failure(protocol: str, violation: Violation) -> str:
+def factory_failure(protocol: str, violation: Violation) -> str:
     fake = Clause(
         f"{protocol}.factory",
         f"the harness opens a {_PROTOCOLS[protocol]}",

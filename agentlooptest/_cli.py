@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import sys
 from pathlib import Path
@@ -57,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--clause-timeout",
         metavar="SECONDS",
-        type=float,
+        type=_seconds,
         default=CLAUSE_TIMEOUT,
         help=f"fail a clause still running after SECONDS as hung (default {CLAUSE_TIMEOUT:g})",
     )
@@ -65,6 +66,32 @@ def _parser() -> argparse.ArgumentParser:
     lst.add_argument("--markdown", action="store_true", help="as the README's markdown table")
     lst.add_argument("-k", metavar="PATTERN", dest="pattern", help="only matching clause ids")
     return parser
+
+
+def _seconds(text: str) -> float:
+    """A finite number of seconds > 0, for argparse (which turns ValueError into a usage error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
+    return value
+
+
+def _writable(path: Path | None, option: str) -> str | None:
+    """Why the report cannot be written to ``path``, checked before the run; ``None`` if it can."""
+    if path is None:
+        return None
+    existed = path.exists()
+    try:
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        return f"cannot write {option} {str(path)!r}: {exc.strerror or exc}"
+    if not existed:
+        path.unlink()
+    return None
 
 
 def clause_table(clauses: tuple[Clause, ...] = CLAUSES) -> str:
@@ -134,6 +161,11 @@ def render(name: str, report: Report, width: int = 120) -> str:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    for path, option in ((args.json, "--json"), (args.junit_xml, "--junit-xml")):
+        problem = _writable(path, option)
+        if problem is not None:
+            print(f"agentlooptest: {problem}", file=sys.stderr)
+            return 2
     targets = {args.target: args.target} if args.target else builtin_targets()
     harnesses = {}
     for name, target in targets.items():

@@ -57,6 +57,8 @@ TEXTS = (
     "combining: e\u0301 a\u0308 \u0915\u094d\u0937",
     "quotes ' \" ` and \\ backslash and %s {} $1",
     "astral: \U0001d54f\U0001d538\U0001d544 \U0010fffd",
+    "\ufeffleading byte order mark",
+    "NFD, not NFC: cafe\u0301 \u1100\u1161",
 )
 """Step contents that a store must return exactly."""
 
@@ -74,6 +76,8 @@ JSON_DOCS = (
     '{"nested": {"list": [1, 2.5, -3, 1e-07, 12345678901234567890], "empty": {}, "none": null}}',
     '{"unicode": "é 中 🧪 שלום", "escaped": "\\u00e9\\ud83e\\uddea", "quote": "\\"q\\""}',
     '{"b": 1, "a": 2}',
+    '{"mode": null, "path": "a.txt", "limit": null}',
+    '{"nfd": "cafe\\u0301", "raw nfd": "cafe\u0301", "bom": "\\ufeffhi", "raw bom": "\ufeffhi"}',
     '  {"spaced" :  [ 1 , 2 ] }  ',
     '{"big": 9223372036854775807, "neg": -9223372036854775808, "float": 0.1}',
     '{"integral floats": [1.0, 1E2, -0.0, 2.50]}',

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import trio
 
-from agentlooptest._clause import CAPABILITIES, Clause
+from agentlooptest._certify import factory_failure
+from agentlooptest._clause import CAPABILITIES, Clause, Violation
 from agentlooptest._harness import Harness
 from agentlooptest._registry import CLAUSES
 from agentlooptest._run import run_check
@@ -43,7 +44,10 @@ def _capabilities(harness: Harness, protocol: str) -> frozenset[str]:
         return _PROBED[harness, protocol]
     except (KeyError, TypeError):
         pass
-    found = trio.run(probe, harness, protocol)
+    try:
+        found = trio.run(probe, harness, protocol)
+    except Violation as violation:
+        pytest.fail(factory_failure(protocol, violation), pytrace=False)
     with contextlib.suppress(TypeError):  # an unhashable factory: probe again next time
         _PROBED[harness, protocol] = found
     return found

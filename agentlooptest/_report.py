@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 from xml.etree import ElementTree
 
@@ -114,7 +115,7 @@ class Report:
         """One JUnit ``testsuite`` element named ``name``, one ``testcase`` per clause."""
         suite = ElementTree.Element(
             "testsuite",
-            name=name,
+            name=_xml_text(name),
             tests=str(len(self.results)),
             failures=str(len(self.failed)),
             skipped=str(len(self.skipped)),
@@ -125,15 +126,26 @@ class Report:
             case = ElementTree.SubElement(
                 suite,
                 "testcase",
-                classname=f"{name}.{r.protocol}",
+                classname=_xml_text(f"{name}.{r.protocol}"),
                 name=r.id,
                 time=f"{r.duration:.3f}",
             )
             if r.outcome == "failed":
-                failure = ElementTree.SubElement(
-                    case, "failure", message=r.message.splitlines()[0] if r.message else ""
-                )
-                failure.text = r.message
+                first = r.message.splitlines()[0] if r.message else ""
+                failure = ElementTree.SubElement(case, "failure", message=_xml_text(first))
+                failure.text = _xml_text(r.message)
             elif r.outcome == "skipped":
-                ElementTree.SubElement(case, "skipped", message=r.message)
+                ElementTree.SubElement(case, "skipped", message=_xml_text(r.message))
         return suite
+
+
+# XML 1.0 cannot carry these at all, not even as character references.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_text(text: str) -> str:
+    """``text`` with the characters XML 1.0 forbids written as ``\\xNN`` escapes.
+
+    Failure messages quote what a store returned, NUL and control characters included.
+    """
+    return _NOT_XML.sub(lambda m: ascii(m.group())[1:-1], text)

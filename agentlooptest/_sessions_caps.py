@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
+
+import trio
 
 from agentloop import FinalizeSummary, RunStatus, Session, SessionInfo
 from agentlooptest._clause import Violation, clause, expect
@@ -55,6 +58,19 @@ async def _put(h: Harness) -> None:
                 got=got,
             )
             await expect_exists(store, session.id, True, f"put({session.id!r}), then exists")
+        # Long values: a column sized for the common case (VARCHAR(64), 64 KiB) clips them.
+        prompt = "".join(f"Rule {i:07d}: be precise.\n" for i in range(2**20 // 26 + 1))[: 2**20]
+        big = Session("big", "provider/" + "m" * 991, prompt, '{"seed": 2}')
+        await store.put(big)
+        got = await store.get("big")
+        expect(
+            same_session(big, got),
+            did="put(Session('big', <a 1,000-char model>, <a 1 MiB system prompt>)), then get",
+            expected="the same model (1,000 chars) and system prompt (1 MiB), exactly",
+            got=f"model of {len(got.model)} chars, system prompt of {len(got.system_prompt)} chars"
+            if isinstance(got, Session)
+            else got,
+        )
         replaced = Session("a", "model-b", "Another prompt.", None)
         await store.put(replaced)
         got = await store.get("a")
@@ -228,7 +244,8 @@ async def _list_limit(h: Harness) -> None:
 
 @clause(
     "session.list.fields",
-    "SessionInfo carries the latest status, the total step count and aware UTC times",
+    "SessionInfo: latest status, total step count, aware UTC times; created_at fixed, "
+    "updated_at moving forward",
     capability="list_sessions",
     why=(
         "dashboards read status, step totals and times from list_sessions; wrong values "
@@ -267,3 +284,47 @@ async def _list_fields(h: Harness) -> None:
                 expected="created_at and updated_at aware UTC, created_at <= updated_at",
                 got=info,
             )
+        await _times_move(store)
+
+
+async def _times_move(store: Any) -> None:
+    """created_at stays put across writes; updated_at moves forward once the clock has."""
+    sid = "timed"
+    await store.update_data(sid, '{"v": 1}')
+    first = _info(await _listed(store), sid)
+    # Real time, not trio's clock: the store's clock is the wall clock. A coarse clock
+    # (whole seconds) gets longer pauses, up to one second, before a frozen updated_at fails.
+    waited = 0.0
+    for pause in (0.002, 0.02, 0.2, 1.0):
+        await trio.to_thread.run_sync(time.sleep, pause)
+        waited += pause
+        await store.update_data(sid, '{"v": 2}')
+        later = _info(await _listed(store), sid)
+        if later.updated_at != first.updated_at:
+            break
+    did = f"update_data({sid!r}), and again up to {waited * 1000:g} ms later (list_sessions "
+    did += "after each write)"
+    expect(
+        later.created_at == first.created_at,
+        did=did,
+        expected=f"created_at unchanged ({first.created_at.isoformat()}): it is when the "
+        "session was created",
+        got=f"created_at {later.created_at.isoformat()}",
+        why="a created_at that moves on every write misdates every session in a listing",
+    )
+    expect(
+        later.updated_at > first.updated_at,
+        did=did,
+        expected=f"updated_at later than the first write's ({first.updated_at.isoformat()})",
+        got=f"updated_at {later.updated_at.isoformat()}",
+        why="a frozen or backward updated_at hides which sessions are active",
+    )
+
+
+def _info(infos: list[SessionInfo], sid: str) -> SessionInfo:
+    found = [i for i in infos if i.id == sid]
+    if len(found) != 1:
+        raise Violation(
+            f"wrote {sid!r}, then list_sessions()", f"one entry for {sid!r}", repr(infos)
+        )
+    return found[0]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Awaitable, Callable, Iterator
+from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -52,7 +53,9 @@ STEP_IDS = st.sampled_from(["a", "A", "a b"])
 TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12)
 DOCS = st.one_of(
     st.none(),
-    st.sampled_from(["{}", "[]", "null", "0", '{"k": [1, 2.5]}', '"é🧪"', '{"b": 1, "a": 2}']),
+    st.sampled_from(
+        ["{}", "[]", "null", "0", '{"k": [1, 2.5]}', '"é🧪"', '{"b": 1, "a": 2}', '{"plan": null}']
+    ),
 )
 SUMMARIES = st.builds(
     FinalizeSummary,
@@ -84,12 +87,20 @@ class StepMachine(RuleBasedStateMachine):
         """Close the example's store."""
         _call(aclose_quietly, self.steps.store)
 
-    @rule(sid=STEP_IDS, kind=st.sampled_from(StepType), content=TEXT, index=st.integers(0, 3))
-    def append(self, sid: str, kind: StepType, content: str, index: int) -> None:
-        """Append a step; indices repeat on purpose."""
+    @rule(
+        sid=STEP_IDS,
+        kind=st.sampled_from(StepType),
+        content=TEXT,
+        index=st.integers(0, 3),
+        skew=st.integers(-3, 3),
+    )
+    def append(self, sid: str, kind: StepType, content: str, index: int, skew: int = 0) -> None:
+        """Append a step; indices repeat and the clock ties and runs backwards on purpose."""
         self.counter += 1
         text = f"#{self.counter} {content}"
-        s = RunStep(sid, index, kind, text, json.dumps({"n": self.counter}), created_at=T0)
+        args = json.dumps({"n": self.counter, "note": None if self.counter % 2 else "x"})
+        at = T0 + timedelta(seconds=skew)
+        s = RunStep(sid, index, kind, text, args, created_at=at)
         _call(self.steps.append, s)
         self.model.setdefault(sid, []).append(s)
 
@@ -97,7 +108,7 @@ class StepMachine(RuleBasedStateMachine):
     def append_run(self, sid: str, count: int) -> None:
         """Append several steps one after another, as one run of the loop does."""
         for k in range(count):
-            self.append(sid, StepType.tool_result, f"run step {k}", k)
+            self.append(sid, StepType.tool_result, f"run step {k}", k, -k)
 
     @rule(sid=STEP_IDS, n=st.integers(1, 10))
     def last_n(self, sid: str, n: int) -> None:

@@ -191,6 +191,18 @@ async def _no_alias(h: Harness) -> None:
             expected=describe(sent),
             got=describe(got),
         )
+        # Unknown sessions too: a shared empty list handed to every caller is store state.
+        empty = await s.last_n("unknown-1", 10)
+        empty.append(step("unknown-1", 0))
+        for sid in ("unknown-1", "unknown-2"):
+            got = await s.last_n(sid, 10)
+            expect(
+                got == [],
+                did="appended to the list last_n('unknown-1', 10) returned, "
+                f"then last_n({sid!r}, 10)",
+                expected="[] (the session has no steps)",
+                got=describe(got),
+            )
 
 
 @clause(

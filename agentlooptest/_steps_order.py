@@ -165,6 +165,23 @@ async def _not_time(h: Harness) -> None:
             expected=f"{describe(sent[-3:])} (the last three inserted)",
             got=describe(tail),
         )
+        # A store may take another path for long windows (an ORDER BY only there):
+        # 50 steps whose clock runs backwards, ties and jumps, shuffled deterministically.
+        offsets = [((k * 37) % 50 - 25) * (-1) ** k // 2 for k in range(50)]
+        long = [
+            step("long", k, created_at=T0 + timedelta(seconds=o), content=f"inserted #{k}")
+            for k, o in enumerate(offsets)
+        ]
+        await s.append_all(long)
+        for n in (50, 20):
+            got = await s.last_n("long", n)
+            expect(
+                same_steps(long[-n:], got),
+                did=f"appended 50 steps to 'long' with created_at shuffled (ties, backwards "
+                f"jumps), then last_n('long', {n})",
+                expected=f"{describe(long[-n:])} (insertion order)",
+                got=describe(got),
+            )
 
 
 @clause(

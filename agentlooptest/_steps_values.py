@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -183,5 +184,11 @@ async def _large(h: Harness) -> None:
     async with open_steps(h) as s:
         ascii_mib = "".join(f"line {i:07d}\n" for i in range(2**20 // 13 + 1))[: 2**20]
         wide_mib = "é中🧪" * (2**20 // 9)
-        sent = [step("big", 0, content=ascii_mib), step("big", 1, content=wide_mib)]
-        await _round_trip(s, sent, "1 MiB ASCII and 1 MiB of multi-byte UTF-8")
+        # tool_args too: a write tool's arguments carry whole files.
+        big_args = json.dumps({"path": "notes.txt", "content": ascii_mib[: 2**20 - 40]})
+        sent = [
+            step("big", 0, content=ascii_mib),
+            step("big", 1, content=wide_mib),
+            step("big", 2, step_type=StepType.tool_call, tool_args=big_args),
+        ]
+        await _round_trip(s, sent, "1 MiB ASCII, 1 MiB of multi-byte UTF-8, 1 MiB of tool_args")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -10,6 +11,7 @@ import trio
 
 from agentloop import RunStep, SessionStore, StepStore, SupportsAclose
 from agentlooptest._clause import CAPABILITIES, REOPEN, Clause, Violation
+from agentlooptest._run import CLAUSE_TIMEOUT
 
 if TYPE_CHECKING:
     from agentlooptest._harness import Harness, StoreFactory
@@ -58,7 +60,17 @@ async def aclose_quietly(store: object) -> None:
 async def _new(factory: StoreFactory | None, what: str, protocol: type) -> Any:
     if factory is None:
         raise RuntimeError(f"the harness has no {what} factory")  # callers check first
-    store = await factory()
+    made = factory()
+    if not inspect.isawaitable(made):
+        await aclose_quietly(made)
+        raise Violation(
+            f"called the harness's {what} factory",
+            "an awaitable: factories are zero-argument async callables "
+            "(`async def new_store(): return MyStore()`)",
+            f"{made!r:.200} returned directly: a plain (sync) callable",
+            "the contract awaits the factory for every store it opens",
+        )
+    store = await made
     if not isinstance(store, protocol):
         await aclose_quietly(store)
         raise Violation(
@@ -108,18 +120,33 @@ async def reopened(harness: Harness, store: object) -> AsyncIterator[Any]:
             await aclose_quietly(other)
 
 
-async def probe(harness: Harness, protocol: str) -> frozenset[str]:
+async def probe(
+    harness: Harness, protocol: str, *, clause_timeout: float = CLAUSE_TIMEOUT
+) -> frozenset[str]:
     """The optional capabilities of a store the ``protocol`` factory returns.
 
+    Opening (and closing) the store may take up to ``clause_timeout`` seconds.
+
     Raises:
-        Violation: the factory returned something that is not the protocol.
+        Violation: the factory returned something that is not the protocol, is
+            not async, or did not return (or the store did not close) in time.
     """
-    if protocol == "step":
-        async with open_steps(harness) as steps:
-            store = steps.store
-            return frozenset(n for n, p in CAPABILITIES.items() if isinstance(store, p))
-    async with open_sessions(harness) as store:
-        return frozenset(n for n, p in CAPABILITIES.items() if isinstance(store, p))
+    try:
+        with trio.fail_after(clause_timeout):
+            if protocol == "step":
+                async with open_steps(harness) as steps:
+                    store = steps.store
+                    return frozenset(n for n, p in CAPABILITIES.items() if isinstance(store, p))
+            async with open_sessions(harness) as store:
+                return frozenset(n for n, p in CAPABILITIES.items() if isinstance(store, p))
+    except trio.TooSlowError:
+        what = "new_step_store" if protocol == "step" else "new_session_store"
+        raise Violation(
+            f"called the harness's {what} factory to open a store",
+            f"a store within {clause_timeout:g}s",
+            "it was still running: the factory never returned (a database it waits for?)",
+            "every clause opens a store this way; none of them can run",
+        ) from None
 
 
 def skip_reason(clause: Clause, harness: Harness, capabilities: frozenset[str]) -> str | None:

@@ -7,6 +7,8 @@ import inspect
 import os
 import sys
 
+import trio
+
 from agentlooptest._harness import Harness
 
 
@@ -22,7 +24,9 @@ async def load(target: str) -> Harness:
     directory is importable, as it is for ``python -m``.
 
     Raises:
-        TargetError: the target is malformed, cannot be imported, or is not a Harness.
+        TargetError: the target is malformed, cannot be imported (whatever its
+            import raised, ``SystemExit`` included; never ``KeyboardInterrupt``),
+            or is not a Harness.
     """
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
@@ -31,9 +35,11 @@ async def load(target: str) -> Harness:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:
+    except (KeyboardInterrupt, trio.Cancelled):
+        raise
+    except BaseException as exc:  # SystemExit from a module's top level too
         raise TargetError(
-            f"cannot import {module_name!r} for target {target!r}: {type(exc).__name__}: {exc}"
+            f"cannot import {module_name!r} for target {target!r}: {_one_line(exc)}"
         ) from exc
     value: object = module
     for part in attr.split("."):
@@ -52,8 +58,16 @@ async def load(target: str) -> Harness:
             value = value()
             if inspect.isawaitable(value):
                 value = await value
-        except Exception as exc:
-            raise TargetError(f"calling {target!r} raised {type(exc).__name__}: {exc}") from exc
+        except (KeyboardInterrupt, trio.Cancelled):
+            raise
+        except BaseException as exc:
+            raise TargetError(f"calling {target!r} raised {_one_line(exc)}") from exc
     if not isinstance(value, Harness):
         raise TargetError(f"{target!r} must give an agentlooptest.Harness, got {value!r:.80}")
     return value
+
+
+def _one_line(exc: BaseException) -> str:
+    """``Type: message`` on one line: a multi-line message is folded with `` / ``."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return type(exc).__name__ + (": " + " / ".join(lines) if lines else "")

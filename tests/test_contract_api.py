@@ -11,7 +11,7 @@ from xml.etree import ElementTree
 import pytest
 
 import agentlooptest
-from agentlooptest import CAPABILITIES, CLAUSES, Harness, certify, memory_harness
+from agentlooptest import CAPABILITIES, CLAUSES, Harness, Report, certify, memory_harness
 
 
 def test_all_names_exist_and_are_documented() -> None:
@@ -115,6 +115,38 @@ def test_factory_returning_wrong_thing_fails_every_clause_of_that_protocol() -> 
     assert step_results
     assert all(r.outcome == "failed" for r in step_results)
     assert "a StepStore" in step_results[0].message
+
+
+def test_factory_that_hangs_fails_within_the_clause_timeout() -> None:
+    """A factory that never returns fails its protocol in clause_timeout, not forever."""
+    import trio
+
+    async def hangs() -> object:
+        await trio.sleep_forever()
+
+    async def run() -> Report:
+        with trio.fail_after(10):
+            return await certify(Harness(new_step_store=hangs), clause_timeout=0.2)
+
+    report = trio.run(run)
+    step_results = [r for r in report.results if r.protocol == "step"]
+    assert step_results
+    assert all(r.outcome == "failed" for r in step_results)
+    assert "a store within 0.2s" in step_results[0].message
+    assert "never returned" in step_results[0].message
+
+
+def test_sync_factory_is_told_factories_are_async() -> None:
+    """A plain callable as factory fails readably: factories must be async callables."""
+    import trio
+
+    import agentloopmem
+
+    report = trio.run(certify, Harness(new_step_store=agentloopmem.StepStore))
+    step_results = [r for r in report.results if r.protocol == "step"]
+    assert all(r.outcome == "failed" for r in step_results)
+    assert "factories are zero-argument async callables" in step_results[0].message
+    assert "TypeError" not in step_results[0].message
 
 
 _BLOCK = (

@@ -195,3 +195,88 @@ def test_clauses_listing(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["clauses"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == [c.id for c in CLAUSES]
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf", "soon"])
+def test_clause_timeout_must_be_finite_and_positive(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad --clause-timeout is a usage error (exit 2) naming the option, not a store failure."""
+    with pytest.raises(SystemExit) as exited:
+        main(["certify", "-k", "step.order.oldest-first", "--clause-timeout", value])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --clause-timeout: must be a" in err
+    assert "certify" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("option", ["--json", "--junit-xml"])
+@pytest.mark.parametrize("where", ["missing-dir/report", "."])
+def test_unwritable_report_path_fails_up_front(
+    option: str, where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A report path that cannot be written: one line, exit 2, before any clause runs."""
+    assert main(["certify", "-k", "step.order.oldest-first", option, str(tmp_path / where)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"agentlooptest: cannot write {option} ")
+    assert captured.err.count("\n") == 1
+    assert captured.out == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_report_path_check_leaves_no_file_behind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Checking a new report path up front does not leave an empty file when the run fails."""
+    out = tmp_path / "r.json"
+    assert main(["certify", "no_such_module_xyz:h", "--json", str(out)]) == 2
+    assert not out.exists()
+    capsys.readouterr()
+
+
+def test_junit_xml_with_control_characters_parses() -> None:
+    """Messages quoting NUL, escape and lone-surrogate characters still give well-formed XML."""
+    from agentlooptest import ClauseResult, Report
+
+    message = "[step.x] title\n  got:      'nul:\x00 esc:\x1b bell:\x07 half:\ud800'"
+    report = Report(
+        results=(
+            ClauseResult("step.x", "title", "step", None, "failed", message),
+            ClauseResult("step.y", "t", "step", None, "skipped", "why\x0c"),
+        ),
+        level="step: not conformant",
+        duration=0.1,
+    )
+    root = ElementTree.fromstring(report.to_junit_xml("store\x00name"))
+    failure = root.find("testsuite/testcase/failure")
+    assert failure is not None
+    assert failure.text is not None
+    assert "nul:\\x00 esc:\\x1b bell:\\x07 half:\\ud800" in failure.text
+
+
+_EXITS = "raise SystemExit(3)\n"
+_MULTILINE = 'raise ValueError("first line\\nsecond line\\n\\nthird")\n'
+
+
+@pytest.mark.parametrize(
+    ("source", "shown"),
+    [
+        (_EXITS, "SystemExit: 3"),
+        (_MULTILINE, "ValueError: first line / second line / third"),
+    ],
+)
+def test_target_import_failures_are_one_line(
+    source: str,
+    shown: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A target module raising SystemExit or a multi-line error on import: one line, exit 2."""
+    (tmp_path / "cli_bad_import.py").write_text(source, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["certify", "cli_bad_import:harness"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("agentlooptest: cannot import 'cli_bad_import'")
+    assert err.rstrip("\n").endswith(shown)
+    assert err.count("\n") == 1

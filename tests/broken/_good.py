@@ -7,6 +7,7 @@ broken subclass that fails one has been caught for its own defect.
 from __future__ import annotations
 
 import itertools
+from datetime import UTC, datetime
 from typing import Any
 
 import trio
@@ -124,7 +125,9 @@ class GoodSessions(_Base):
         record = self.records.get(self.key(session_id))
         if record is None:
             record = self.records[self.key(session_id)] = _Record(Session(session_id), 0)
+            record.created = datetime.now(UTC)
         record.seq = next(self.seq)
+        record.updated = max(record.updated, datetime.now(UTC))
         return record
 
     async def get(self, session_id: str) -> Session:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
 import unicodedata
 from typing import Any, ClassVar
@@ -274,10 +276,14 @@ class FinalKeepsFirst(GoodSessions):
 
 
 class ListsByClock(GoodSessions):
-    """Orders list_sessions by an updated_at clock that ties, then by id."""
+    """Orders list_sessions by a coarse updated_at clock (whole minutes) that ties, then by id."""
 
     def order(self) -> list[_Record]:
-        return sorted(self.records.values(), key=lambda r: (r.updated, r.session.id), reverse=True)
+        return sorted(
+            self.records.values(),
+            key=lambda r: (r.updated.replace(second=0, microsecond=0), r.session.id),
+            reverse=True,
+        )
 
 
 class ListIgnoresLimit(GoodSessions):
@@ -389,3 +395,99 @@ class SummaryByPrefix(GoodSessions):
                 if session_id.startswith(sid) and record.final is not None:
                     return record.final
         return got
+
+
+class CacheAsideSessions(GoodSessions):
+    """A get cache dropped before each write's round trip: a get in between re-fills it stale."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cache: dict[str, Session] = {}
+
+    async def get(self, session_id: str) -> Session:
+        cached = self.cache.get(session_id)
+        if cached is not None:
+            await trio.lowlevel.checkpoint()
+            return cached
+        got = await super().get(session_id)
+        self.cache[session_id] = got
+        return got
+
+    async def invalidate(self, session_id: str) -> None:
+        """Drop the cached row, then pay the write's round trip."""
+        self.cache.pop(session_id, None)
+        await trio.lowlevel.checkpoint()
+
+    async def update_data(self, session_id: str, snapshot: str | None) -> None:
+        await self.invalidate(session_id)
+        await super().update_data(session_id, snapshot)
+
+    async def put(self, session: Session) -> None:
+        await self.invalidate(session.id)
+        await super().put(session)
+
+    async def delete_session(self, session_id: str) -> bool:
+        await self.invalidate(session_id)
+        return await super().delete_session(session_id)
+
+
+class FinalizeStaleRow(GoodSessions):
+    """finalize on an existing session loads the row, awaits a round trip, then saves it whole."""
+
+    async def finalize(self, session_id: str, summary: FinalizeSummary) -> None:
+        record = self.records.get(session_id)
+        if record is None:
+            await super().finalize(session_id, summary)
+            return
+        loaded = record.session
+        await trio.sleep(0.002)
+        await super().finalize(session_id, summary)
+        record.session = loaded
+
+
+class DropsNullData(GoodSessions):
+    """Drops top-level keys whose value is null from the data snapshot (exclude_none)."""
+
+    async def update_data(self, session_id: str, snapshot: str | None) -> None:
+        if isinstance(snapshot, str):
+            with contextlib.suppress(ValueError):  # left for the store's check, which refuses it
+                value = json.loads(snapshot)
+                if isinstance(value, dict):
+                    snapshot = json.dumps({k: v for k, v in value.items() if v is not None})
+        await super().update_data(session_id, snapshot)
+
+
+class TruncatesPrompt(GoodSessions):
+    """put keeps 64 KiB of the system prompt and 64 characters of the model name."""
+
+    async def put(self, session: Session) -> None:
+        if isinstance(session, Session):
+            session = Session(
+                session.id, session.model[:64], session.system_prompt[:65535], session.data
+            )
+        await super().put(session)
+
+
+class CreatedAtResets(GoodSessions):
+    """created_at is reset to the time of every write."""
+
+    def info(self, r: _Record) -> SessionInfo:
+        got = super().info(r)
+        return SessionInfo(got.id, got.status, got.step_count, got.updated_at, got.updated_at)
+
+
+class UpdatedAtFrozen(GoodSessions):
+    """updated_at stays at the creation time: it never moves."""
+
+    def info(self, r: _Record) -> SessionInfo:
+        got = super().info(r)
+        return SessionInfo(got.id, got.status, got.step_count, got.created_at, got.created_at)
+
+
+class NfcData(GoodSessions):
+    """NFC-normalizes the data snapshot's text before keeping it."""
+
+    async def update_data(self, session_id: str, snapshot: str | None) -> None:
+        if isinstance(snapshot, str):
+            snapshot = unicodedata.normalize("NFC", snapshot)
+        await super().update_data(session_id, snapshot)

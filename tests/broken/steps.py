@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from datetime import timedelta
@@ -336,3 +337,90 @@ class TornReads(GoodSteps):
             got.insert(0, steps[len(steps) - 1 - k])
             await trio.lowlevel.checkpoint()
         return got
+
+
+class PagedReads(GoodSteps):
+    """Windows longer than 64 are read in pages of 64 from a moving end, yielding between pages."""
+
+    PAGE = 64
+
+    async def paged(self, session_id: str, n: int) -> list[RunStep]:
+        """The newest ``n`` steps, assembled page by page (torn under concurrent appends)."""
+        got: list[RunStep] = []
+        while True:
+            steps = self.steps.get(session_id, [])
+            total = min(n, len(steps))
+            if len(got) >= total:
+                return got
+            end = len(steps) - len(got)
+            got[:0] = steps[max(end - self.PAGE, len(steps) - total) : end]
+            await trio.lowlevel.checkpoint()
+
+    async def last_n(self, session_id: str, n: int) -> list[RunStep]:
+        got = await super().last_n(session_id, n)
+        return got if n <= self.PAGE else await self.paged(session_id, n)
+
+    async def all(self, session_id: str) -> list[RunStep]:
+        await super().all(session_id)
+        return await self.paged(session_id, 2**62)
+
+
+class SortsByTimeWhenLong(GoodSteps):
+    """Windows of more than 9 steps are sorted by created_at (only the 'long history' path)."""
+
+    def window(self, steps: list[RunStep], n: int) -> list[RunStep]:
+        got = steps[-n:]
+        return sorted(got, key=lambda s: s.created_at) if len(got) > 9 else got
+
+
+def _drop_nulls(text: str) -> str:
+    value = json.loads(text)
+    if isinstance(value, dict):
+        value = {k: v for k, v in value.items() if v is not None}
+    return json.dumps(value)
+
+
+class DropsNullArgs(GoodSteps):
+    """Drops top-level keys whose value is null from tool_args (exclude_none)."""
+
+    def stored(self, step: RunStep) -> RunStep:
+        return attrs.evolve(step, tool_args=_drop_nulls(step.tool_args))
+
+
+class DropsBigToolArgs(GoodSteps):
+    """tool_args over 64 KiB are silently replaced by '{}' (a column too small)."""
+
+    def stored(self, step: RunStep) -> RunStep:
+        return attrs.evolve(step, tool_args="{}") if len(step.tool_args) > 65535 else step
+
+
+class PartialFirstAppend(GoodSteps):
+    """A session's first append writes the row, then its tool_args after a round trip."""
+
+    async def append(self, step: RunStep) -> None:
+        if self.steps.get(step.session_id):
+            await super().append(step)
+            return
+        placeholder = attrs.evolve(step, tool_args="{}")
+        await super().append(placeholder)
+        await trio.lowlevel.checkpoint()
+        trace = self.steps[step.session_id]
+        trace[trace.index(placeholder)] = step
+
+
+_EMPTY: list[RunStep] = []
+
+
+class SharedEmpty(GoodSteps):
+    """last_n hands every unknown session the same empty list object."""
+
+    async def last_n(self, session_id: str, n: int) -> list[RunStep]:
+        got = await super().last_n(session_id, n)
+        return got if got else _EMPTY
+
+
+class StripsBom(GoodSteps):
+    """Strips a leading byte order mark from content (a utf-8-sig round trip)."""
+
+    def stored(self, step: RunStep) -> RunStep:
+        return attrs.evolve(step, content=step.content.removeprefix("\ufeff"))
