@@ -41,8 +41,11 @@ async def test_random_cancellation_is_all_or_nothing(store: Store) -> None:
             with trio.CancelScope() as scope:
 
                 async def cancel_soon(scope: trio.CancelScope = scope) -> None:
+                    # A few scheduler ticks land while the call is queued or taken;
+                    # a few milliseconds let some calls finish before the cancel.
                     for _ in range(rng.randrange(0, 6)):
                         await trio.lowlevel.checkpoint()
+                    await trio.sleep(rng.choice([0, 0, 0.002, 0.02]))
                     scope.cancel()
 
                 async with trio.open_nursery() as nursery:
@@ -58,6 +61,6 @@ async def test_random_cancellation_is_all_or_nothing(store: Store) -> None:
     for task, indices in stored.items():
         assert [s.step_index for s in await store.all(f"t{task}")] == indices
         total += len(indices)
-    assert total > 0
+    assert 0 < total < 8 * 40  # both outcomes happened
     await store.append(RunStep("after", 0, "user"))  # and the store is still usable
     assert len(await store.last_n("after", 1)) == 1
