@@ -6,8 +6,11 @@ import os
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
+
+from agentloopsql import PostgresStore, SqliteStore
 
 DSN_VARIABLE = "AGENTLOOP_PG_DSN"
 
@@ -44,3 +47,20 @@ async def fresh_schema(dsn: str) -> AsyncIterator[str]:
         yield schema
     finally:
         drop_schema(dsn, schema)
+
+
+@asynccontextmanager
+async def open_sql_store(
+    kind: str, path: Path, *, pool_size: int
+) -> AsyncIterator[SqliteStore | PostgresStore]:
+    """A fresh ``SqliteStore`` at ``path`` or ``PostgresStore`` in its own schema, by ``kind``."""
+    if kind == "sqlite":
+        async with await SqliteStore.open(str(path)) as lite:
+            yield lite
+        return
+    dsn = pg_dsn()
+    async with (
+        fresh_schema(dsn) as schema,
+        await PostgresStore.open(dsn, schema=schema, pool_size=pool_size) as pg,
+    ):
+        yield pg

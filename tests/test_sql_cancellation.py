@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from _sql_support import drop_schema, new_schema_name, pg_dsn
+from _sql_support import open_sql_store
 
 from agentloop import RunStep
 from agentloopsql import PostgresStore, SqliteStore
@@ -18,17 +18,8 @@ Store = SqliteStore | PostgresStore
 
 @pytest.fixture(params=["sqlite", "postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    if request.param == "sqlite":
-        async with await SqliteStore.open(str(tmp_path / "cancel.db")) as lite:
-            yield lite
-        return
-    dsn = pg_dsn()
-    schema = new_schema_name()
-    try:
-        async with await PostgresStore.open(dsn, schema=schema, pool_size=4) as pg:
-            yield pg
-    finally:
-        drop_schema(dsn, schema)
+    async with open_sql_store(request.param, tmp_path / "cancel.db", pool_size=4) as opened:
+        yield opened
 
 
 async def test_random_cancellation_is_all_or_nothing(store: Store) -> None:

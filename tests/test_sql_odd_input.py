@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from _sql_support import drop_schema, new_schema_name, pg_dsn
+from _sql_support import open_sql_store
 
 from agentloop import FinalizeSummary, RunStep, Session
 from agentloopsql import PostgresStore, SqliteStore
@@ -28,17 +28,8 @@ ODD_IDS = [
 
 @pytest.fixture(params=["sqlite", "postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    if request.param == "sqlite":
-        async with await SqliteStore.open(str(tmp_path / "odd.db")) as lite:
-            yield lite
-        return
-    dsn = pg_dsn()
-    schema = new_schema_name()
-    try:
-        async with await PostgresStore.open(dsn, schema=schema, pool_size=2) as pg:
-            yield pg
-    finally:
-        drop_schema(dsn, schema)
+    async with open_sql_store(request.param, tmp_path / "odd.db", pool_size=2) as opened:
+        yield opened
 
 
 @pytest.mark.parametrize("session_id", ODD_IDS)
