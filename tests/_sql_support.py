@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import os
 import secrets
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 
 import pytest
+import trio
+import trio.testing
 
+from agentloop import RunStep
 from agentloopsql import PostgresStore, SqliteStore
 
 DSN_VARIABLE = "AGENTLOOP_PG_DSN"
@@ -64,3 +69,54 @@ async def open_sql_store(
         await PostgresStore.open(dsn, schema=schema, pool_size=pool_size) as pg,
     ):
         yield pg
+
+
+async def occupy_worker(
+    store: SqliteStore | PostgresStore, nursery: trio.Nursery, gate: threading.Event
+) -> None:
+    """Keep one of the store's worker threads busy until ``gate`` is set; returns once it is."""
+    started = threading.Event()
+
+    def hold(conn: object) -> None:
+        started.set()
+        gate.wait()
+
+    nursery.start_soon(partial(store._run, hold, write=False))
+    await trio.to_thread.run_sync(started.wait)
+
+
+async def expect_queued_append_cancelled(store: SqliteStore | PostgresStore) -> None:
+    """Cancel an append queued behind a busy worker: it raises Cancelled and never happens.
+
+    ``store`` must have a single worker, so the append stays queued. The store
+    is still usable afterwards.
+    """
+    gate = threading.Event()
+    scope = trio.CancelScope()
+    outcomes: list[str] = []
+
+    async def call() -> None:
+        with scope:
+            try:
+                await store.append(RunStep("s", 0, "tool_result"))
+            except trio.Cancelled:
+                outcomes.append("cancelled")
+                raise
+            outcomes.append("returned")
+
+    async with trio.open_nursery() as nursery:
+        await occupy_worker(store, nursery, gate)
+        try:
+            nursery.start_soon(call)
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(store._workers._queue) == 1
+            scope.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            assert outcomes == ["cancelled"]
+            assert len(store._workers._queue) == 0
+        finally:
+            gate.set()
+    assert scope.cancelled_caught
+    assert await store.all("s") == []
+    await store.append(RunStep("s", 1, "tool_result"))
+    assert [s.step_index for s in await store.all("s")] == [1]

@@ -8,13 +8,19 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator
-from functools import partial
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
-from _sql_support import drop_schema, fresh_schema, new_schema_name, pg_dsn
+from _sql_support import (
+    drop_schema,
+    expect_queued_append_cancelled,
+    fresh_schema,
+    new_schema_name,
+    occupy_worker,
+    pg_dsn,
+)
 
 from agentloop import (
     FinalizeSummary,
@@ -61,17 +67,6 @@ def raw(dsn: str, query: str, *params: object) -> list[tuple[Any, ...]]:
 def step(session: str, index: int, content: str = "") -> RunStep:
     return RunStep(session, index, "tool_result", content=content)
 
-
-async def occupy_worker(pg: PostgresStore, nursery: trio.Nursery, gate: threading.Event) -> None:
-    """Keep a worker thread busy until ``gate`` is set; returns once it is."""
-    started = threading.Event()
-
-    def hold(conn: Any) -> None:
-        started.set()
-        gate.wait()
-
-    nursery.start_soon(partial(pg._run, hold, write=False))
-    await trio.to_thread.run_sync(started.wait)
 
 
 class TestOpen:
@@ -440,33 +435,7 @@ class TestCancellation:
             fresh_schema(dsn) as schema,
             await PostgresStore.open(dsn, schema=schema, pool_size=1) as pg,
         ):
-            gate = threading.Event()
-            scope = trio.CancelScope()
-            outcomes: list[str] = []
-
-            async def call() -> None:
-                with scope:
-                    try:
-                        await pg.append(step("s", 0))
-                    except trio.Cancelled:
-                        outcomes.append("cancelled")
-                        raise
-                    outcomes.append("returned")
-
-            async with trio.open_nursery() as nursery:
-                await occupy_worker(pg, nursery, gate)
-                try:
-                    nursery.start_soon(call)
-                    await trio.testing.wait_all_tasks_blocked()
-                    assert len(pg._workers._queue) == 1
-                    scope.cancel()
-                    await trio.testing.wait_all_tasks_blocked()
-                    assert outcomes == ["cancelled"]
-                    assert len(pg._workers._queue) == 0
-                finally:
-                    gate.set()
-            assert scope.cancelled_caught
-            assert await pg.all("s") == []
+            await expect_queued_append_cancelled(pg)
 
     async def test_close_finishes_queued_calls(self, dsn: str) -> None:
         """Appends still queued (the worker busy) when aclose starts run and commit."""

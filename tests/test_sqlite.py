@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
+from _sql_support import expect_queued_append_cancelled, occupy_worker
 
 from agentloop import (
     FinalizeSummary,
@@ -39,17 +40,6 @@ def db(tmp_path: Path) -> str:
 def step(session: str, index: int, content: str = "") -> RunStep:
     return RunStep(session, index, "tool_result", content=content)
 
-
-async def occupy_worker(store: SqliteStore, nursery: trio.Nursery, gate: threading.Event) -> None:
-    """Keep the store's worker thread busy until ``gate`` is set; returns once it is."""
-    started = threading.Event()
-
-    def hold(conn: sqlite3.Connection) -> None:
-        started.set()
-        gate.wait()
-
-    nursery.start_soon(partial(store._run, hold, write=False))
-    await trio.to_thread.run_sync(started.wait)
 
 
 class TestOpen:
@@ -279,35 +269,7 @@ class TestCancellation:
     async def test_cancelled_while_queued_does_nothing(self, db: str) -> None:
         """An append cancelled while it waits in the queue raises Cancelled and never happens."""
         async with await SqliteStore.open(db) as store:
-            gate = threading.Event()
-            scope = trio.CancelScope()
-            outcomes: list[str] = []
-
-            async def call() -> None:
-                with scope:
-                    try:
-                        await store.append(step("s", 0))
-                    except trio.Cancelled:
-                        outcomes.append("cancelled")
-                        raise
-                    outcomes.append("returned")
-
-            async with trio.open_nursery() as nursery:
-                await occupy_worker(store, nursery, gate)
-                try:
-                    nursery.start_soon(call)
-                    await trio.testing.wait_all_tasks_blocked()
-                    assert len(store._workers._queue) == 1
-                    scope.cancel()
-                    await trio.testing.wait_all_tasks_blocked()
-                    assert outcomes == ["cancelled"]
-                    assert len(store._workers._queue) == 0
-                finally:
-                    gate.set()
-            assert scope.cancelled_caught
-            assert await store.all("s") == []
-            await store.append(step("s", 1))
-            assert [s.step_index for s in await store.all("s")] == [1]
+            await expect_queued_append_cancelled(store)
 
     async def test_cancelled_before_start_does_nothing(self, db: str) -> None:
         """An append cancelled before it is queued never happens."""
