@@ -182,9 +182,7 @@ class ToolSpec:
 
     name: str = attrs.field(validator=_name)
     description: str = attrs.field(validator=_text)
-    parameters: dict[str, Any] = attrs.field(
-        converter=frozen_schema, validator=_schema, hash=False
-    )
+    parameters: dict[str, Any] = attrs.field(converter=frozen_schema, validator=_schema, hash=False)
 
 
 def _optional_text(_: object, attribute: attrs.Attribute[Any], value: object) -> None:

@@ -92,9 +92,7 @@ class Tool:
 
     name: str = attrs.field(validator=_name)
     description: str = attrs.field(validator=_text)
-    parameters: dict[str, Any] = attrs.field(
-        converter=frozen_schema, validator=_schema, hash=False
-    )
+    parameters: dict[str, Any] = attrs.field(converter=frozen_schema, validator=_schema, hash=False)
     fn: ToolFn = attrs.field(validator=_async_fn, hash=False)
 
     @property

@@ -123,8 +123,7 @@ def _aware_datetime(_: object, attribute: attrs.Attribute[Any], value: object) -
         raise ValueError(f"{attribute.name} must be timezone-aware, got {value!r}")
     if value.tzinfo is not UTC and value.utcoffset() != timedelta(0):
         raise ValueError(
-            f"{attribute.name} must be within datetime's range once converted to UTC, "
-            f"got {value!r}"
+            f"{attribute.name} must be within datetime's range once converted to UTC, got {value!r}"
         )
 
 

@@ -200,8 +200,9 @@ class SessionStore(MemoryStoreBase):
         with self._lock:
             self._check_open()
             newest = heapq.nlargest(limit, self._records.values(), key=_by_write_seq)
-            rows = [(r.session.id, r.final, r.step_total, r.created_at, r.updated_at)
-                    for r in newest]
+            rows = [
+                (r.session.id, r.final, r.step_total, r.created_at, r.updated_at) for r in newest
+            ]
         await trio.lowlevel.cancel_shielded_checkpoint()
         return [
             SessionInfo(

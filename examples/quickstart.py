@@ -14,7 +14,7 @@ async def main() -> None:
         kind = StepType.user if i % 2 == 0 else StepType.response
         await steps.append(RunStep("demo", i, kind, content=text))
     window = await steps.last_n("demo", 2)  # the newest two, oldest first
-    print([s.content for s in window])       # ['hello!', "what's next?"]
+    print([s.content for s in window])  # ['hello!', "what's next?"]
     print((await sessions.get("demo")).data)  # {"todo": ["write tests"]}
 
 

@@ -225,7 +225,6 @@ class TestWorkingMemory:
         await loop.run("Session-Ä", "hi")
         assert seen == ["Session-Ä"]
 
-
     async def test_stored_null_is_none_not_an_empty_dict(self) -> None:
         """A stored JSON null reaches tools as None; a tool storing None keeps it null."""
         seen: list[object] = []

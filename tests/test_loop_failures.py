@@ -146,7 +146,6 @@ class TestToolErrors:
         )
         assert (await loop.sessions.get("s")).data is None
 
-
     async def test_data_nested_too_deeply_is_an_error_result(self) -> None:
         """Data too deep to encode is an 'Error:' result (not a crash) and is not stored."""
 
@@ -310,7 +309,6 @@ class TestBudgets:
         assert (result.status, result.steps) == (RunStatus.timeout, 0)
         assert await loop.steps.last_n("s", 5) == []
         assert await _final_status(loop) is RunStatus.timeout
-
 
     async def test_timeout_recording_is_bounded_once(
         self, autojump_clock: trio.testing.MockClock

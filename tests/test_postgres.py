@@ -68,7 +68,6 @@ def step(session: str, index: int, content: str = "") -> RunStep:
     return RunStep(session, index, "tool_result", content=content)
 
 
-
 class TestOpen:
     async def test_implements_every_protocol(self, store: PostgresStore) -> None:
         """One object is a StepStore, a SessionStore and has every optional capability."""

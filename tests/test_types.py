@@ -189,8 +189,10 @@ class TestRunStep:
 
     @pytest.mark.parametrize(
         "edge",
-        [datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=1))),
-         datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-2)))],
+        [
+            datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=1))),
+            datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-2))),
+        ],
     )
     def test_created_at_outside_utc_range(self, edge: datetime) -> None:
         """An instant that UTC cannot represent is a ValueError naming the field."""
