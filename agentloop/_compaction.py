@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import attrs
 
-from agentloop._validate import check_int, check_text
+from agentloop import _validate as check
 
 if TYPE_CHECKING:
     from agentloop._model import Message
-
-
-def _text(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    check_text(value, attribute.name)
-
-
-def _count(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    check_int(value, attribute.name)
 
 
 @attrs.frozen
@@ -34,10 +26,10 @@ class Compaction:
         TypeError, ValueError: a field has the wrong type or a negative value.
     """
 
-    summary: str = attrs.field(validator=_text)
-    retained_from: int = attrs.field(validator=_count)
-    prompt_tokens: int = attrs.field(default=0, validator=_count)
-    completion_tokens: int = attrs.field(default=0, validator=_count)
+    summary: str = attrs.field(validator=check.text)
+    retained_from: int = attrs.field(validator=check.int32)
+    prompt_tokens: int = attrs.field(default=0, validator=check.int32)
+    completion_tokens: int = attrs.field(default=0, validator=check.int32)
 
 
 @runtime_checkable

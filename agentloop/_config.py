@@ -2,47 +2,10 @@
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
 import attrs
 
-from agentloop._types import RunStatus
-from agentloop._validate import check_int, check_text, preview
-
-
-def _text(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    check_text(value, attribute.name, allow_nul=False)
-
-
-def _positive(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    check_int(value, attribute.name, minimum=1)
-
-
-def _optional_positive(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None:
-        _positive(inst, attribute, value)
-
-
-def _count(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    check_int(value, attribute.name)
-
-
-def _check_seconds(value: object, field: str, hint: str = "") -> None:
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise TypeError(f"{field} must be a number of seconds, got {preview(value)}")
-    # inf is refused too: an unbounded deadline must be asked for, not typed by accident
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{field} must be > 0 seconds and finite{hint}, got {value!r}")
-
-
-def _seconds(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    _check_seconds(value, attribute.name)
-
-
-def _optional_seconds(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None:
-        _check_seconds(value, attribute.name, " (None for no limit)")
+from agentloop import _validate as check
+from agentloop._types import RunStatus, to_status
 
 
 @attrs.frozen
@@ -61,20 +24,18 @@ class LoopConfig:
 
     Raises:
         TypeError: a field has the wrong type (``bool`` is not a number here).
-        ValueError: a count < 1, or a duration <= 0, NaN or infinite.
+        ValueError: a count < 1, or a duration <= 0, NaN, infinite or above
+            ``SECONDS_MAX`` (2**31 - 1 ms, about 24.8 days).
     """
 
-    model: str = attrs.field(default="", validator=_text)
-    max_iterations: int = attrs.field(default=20, validator=_positive)
-    history_window: int = attrs.field(default=80, validator=_positive)
-    token_budget: int | None = attrs.field(default=None, validator=_optional_positive)
-    run_timeout: float | None = attrs.field(default=None, validator=_optional_seconds)
-    finalize_timeout: float = attrs.field(default=5.0, validator=_seconds)
-
-
-def _status(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, RunStatus):
-        raise TypeError(f"{attribute.name} must be a RunStatus, got {preview(value)}")
+    model: str = attrs.field(default="", validator=check.key_text)
+    max_iterations: int = attrs.field(default=20, validator=check.positive_int32)
+    history_window: int = attrs.field(default=80, validator=check.positive_int32)
+    token_budget: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(check.positive_int32)
+    )
+    run_timeout: float | None = attrs.field(default=None, validator=check.seconds_or_none)
+    finalize_timeout: float = attrs.field(default=5.0, validator=check.seconds)
 
 
 @attrs.frozen
@@ -85,9 +46,9 @@ class RunResult:
     ``steps`` counts the steps this run appended.
     """
 
-    status: RunStatus = attrs.field(validator=_status)
+    status: RunStatus = attrs.field(converter=to_status, validator=check.member_of(RunStatus))
     text: str = attrs.field(validator=attrs.validators.instance_of(str))
-    steps: int = attrs.field(validator=_count)
-    prompt_tokens: int = attrs.field(validator=_count)
-    completion_tokens: int = attrs.field(validator=_count)
-    duration_ms: int = attrs.field(validator=_count)
+    steps: int = attrs.field(validator=check.int32)
+    prompt_tokens: int = attrs.field(validator=check.int32)
+    completion_tokens: int = attrs.field(validator=check.int32)
+    duration_ms: int = attrs.field(validator=check.int32)

@@ -2,64 +2,16 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable
 from typing import Any, NoReturn, Protocol, runtime_checkable
 
 import attrs
 import trio
 
-from agentloop._validate import check_int, check_text, preview
+from agentloop import _validate as check
+from agentloop._validate import check_json_value, preview, trusted_builder
 
 ROLES = ("system", "user", "assistant", "tool")
-
-
-def _name(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    check_text(value, attribute.name, allow_nul=False)
-    if not value:
-        raise ValueError(f"{attribute.name} must be a non-empty str, got ''")
-
-
-def _text(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    check_text(value, attribute.name)
-
-
-def _int32(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    check_int(value, attribute.name)
-
-
-def _role(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    check_text(value, attribute.name)
-    if value not in ROLES:
-        raise ValueError(f"{attribute.name} must be one of {', '.join(ROLES)}, got {value!r}")
-
-
-def _optional_name(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None:
-        _name(inst, attribute, value)
-
-
-def _to_tuple(value: object) -> object:
-    # Lists are accepted for convenience; the stored value is an immutable tuple.
-    return tuple(value) if isinstance(value, list) else value
-
-
-def _tuple_of(kind: type) -> Any:
-    def check(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-        if not isinstance(value, tuple):
-            raise TypeError(f"{attribute.name} must be a tuple, got {preview(value)}")
-        for item in value:
-            if not isinstance(item, kind):
-                raise TypeError(
-                    f"{attribute.name} must hold only {kind.__name__} values, got {preview(item)}"
-                )
-
-    return check
-
-
-def _schema(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, dict):
-        raise TypeError(f"{attribute.name} must be a dict (a JSON schema), got {preview(value)}")
 
 
 def _read_only(self: object, *args: Any, **kwargs: Any) -> NoReturn:
@@ -103,19 +55,28 @@ def _frozen(value: object) -> object:
         return _FrozenDict((key, _frozen(item)) for key, item in value.items())
     if isinstance(value, list | tuple):
         return _FrozenList(_frozen(item) for item in value)
-    if value is None or isinstance(value, str | int | float):
-        return value
-    return copy.deepcopy(value)
+    return value  # a JSON scalar: check_json_value refused anything else
 
 
 def frozen_schema(value: dict[str, Any]) -> dict[str, Any]:
     """A deep, read-only copy of a JSON schema (a non-``dict`` is returned for the validator).
 
+    The schema is checked to be JSON first (:func:`check_json_value`: ``str``
+    keys, finite numbers, no sets, bytes, datetimes or cycles, at most
+    ``JSON_DEPTH_MAX`` deep), once: a frozen schema is returned as is.
+
+    Raises:
+        TypeError, ValueError: the schema is not JSON; the message names the
+            path inside it, e.g. ``parameters['properties']['x']``.
+
     A tool's schema is handed to every model request; freezing it once means
     no model or adapter can change a tool for the requests that follow, at no
     per-request cost.
     """
-    return _frozen(value) if isinstance(value, dict) else value  # type: ignore[return-value]
+    if isinstance(value, _FrozenDict) or not isinstance(value, dict):
+        return value  # frozen (hence checked) already, or not a dict: left for the validator
+    check_json_value(value, "parameters")
+    return _frozen(value)  # type: ignore[return-value]
 
 
 @attrs.frozen
@@ -127,9 +88,9 @@ class ToolCall:
     with an ``Error:`` tool result instead of failing the run.
     """
 
-    id: str = attrs.field(validator=_name)
-    name: str = attrs.field(validator=_name)
-    args: str = attrs.field(default="{}", validator=_text)
+    id: str = attrs.field(validator=check.name)
+    name: str = attrs.field(validator=check.name)
+    args: str = attrs.field(default="{}", validator=check.text)
 
 
 @attrs.frozen
@@ -141,12 +102,14 @@ class Message:
     is ``tool_call_id``.
     """
 
-    role: str = attrs.field(validator=_role)
-    content: str = attrs.field(default="", validator=_text)
+    role: str = attrs.field(validator=check.one_of(ROLES))
+    content: str = attrs.field(default="", validator=check.text)
     tool_calls: tuple[ToolCall, ...] = attrs.field(
-        default=(), converter=_to_tuple, validator=_tuple_of(ToolCall)
+        default=(), converter=check.to_tuple, validator=check.tuple_of(ToolCall)
     )
-    tool_call_id: str | None = attrs.field(default=None, validator=_optional_name)
+    tool_call_id: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(check.name)
+    )
 
 
 def trusted_message(
@@ -155,19 +118,16 @@ def trusted_message(
     tool_calls: tuple[ToolCall, ...] = (),
     tool_call_id: str | None = None,
 ) -> Message:
-    """A :class:`Message` built without running its validators again.
+    """A :class:`Message` built without running its validators again (:func:`trusted_builder`).
 
     For replay only, whose values were checked already (``RunStep`` fields,
     ``ToolCall`` values, the loop's own constants): re-validating every message
-    of the window on every run was a large share of the loop's cost. Like
-    ``Session.with_data``, it sets the frozen slots directly.
+    of the window on every run was a large share of the loop's cost.
     """
-    message = object.__new__(Message)
-    object.__setattr__(message, "role", role)
-    object.__setattr__(message, "content", content)
-    object.__setattr__(message, "tool_calls", tool_calls)
-    object.__setattr__(message, "tool_call_id", tool_call_id)
-    return message
+    return _build_message(role, content, tool_calls, tool_call_id)
+
+
+_build_message = trusted_builder(Message)
 
 
 @attrs.frozen
@@ -180,14 +140,11 @@ class ToolSpec:
     it for a mutable copy.
     """
 
-    name: str = attrs.field(validator=_name)
-    description: str = attrs.field(validator=_text)
-    parameters: dict[str, Any] = attrs.field(converter=frozen_schema, validator=_schema, hash=False)
-
-
-def _optional_text(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None:
-        check_text(value, attribute.name)
+    name: str = attrs.field(validator=check.name)
+    description: str = attrs.field(validator=check.text)
+    parameters: dict[str, Any] = attrs.field(
+        converter=frozen_schema, validator=check.schema, hash=False
+    )
 
 
 @attrs.frozen
@@ -201,11 +158,15 @@ class ModelRequest:
     than the rest of the request.
     """
 
-    model: str = attrs.field(validator=_text)
-    system_prompt: str = attrs.field(validator=_text)
-    messages: tuple[Message, ...] = attrs.field(converter=_to_tuple, validator=_tuple_of(Message))
-    tools: tuple[ToolSpec, ...] = attrs.field(converter=_to_tuple, validator=_tuple_of(ToolSpec))
-    data: str | None = attrs.field(validator=_optional_text)
+    model: str = attrs.field(validator=check.text)
+    system_prompt: str = attrs.field(validator=check.text)
+    messages: tuple[Message, ...] = attrs.field(
+        converter=check.to_tuple, validator=check.tuple_of(Message)
+    )
+    tools: tuple[ToolSpec, ...] = attrs.field(
+        converter=check.to_tuple, validator=check.tuple_of(ToolSpec)
+    )
+    data: str | None = attrs.field(validator=attrs.validators.optional(check.text))
 
 
 @attrs.frozen
@@ -215,12 +176,12 @@ class ModelReply:
     A reply without tool calls is the run's final response.
     """
 
-    content: str = attrs.field(default="", validator=_text)
+    content: str = attrs.field(default="", validator=check.text)
     tool_calls: tuple[ToolCall, ...] = attrs.field(
-        default=(), converter=_to_tuple, validator=_tuple_of(ToolCall)
+        default=(), converter=check.to_tuple, validator=check.tuple_of(ToolCall)
     )
-    prompt_tokens: int = attrs.field(default=0, validator=_int32)
-    completion_tokens: int = attrs.field(default=0, validator=_int32)
+    prompt_tokens: int = attrs.field(default=0, validator=check.int32)
+    completion_tokens: int = attrs.field(default=0, validator=check.int32)
 
 
 @runtime_checkable

@@ -10,8 +10,9 @@ from typing import Any, overload
 
 import attrs
 
+from agentloop import _validate as check
 from agentloop._model import ToolSpec, frozen_schema
-from agentloop._validate import check_text, preview
+from agentloop._validate import preview
 
 _NO_DATA: Any = object()  # "the session has no data", apart from a stored JSON null
 
@@ -47,21 +48,6 @@ class ToolContext:
 ToolFn = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
 
 
-def _name(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    check_text(value, attribute.name, allow_nul=False)
-    if not value:
-        raise ValueError(f"{attribute.name} must be a non-empty str, got ''")
-
-
-def _text(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    check_text(value, attribute.name)
-
-
-def _schema(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, dict):
-        raise TypeError(f"{attribute.name} must be a dict (a JSON schema), got {preview(value)}")
-
-
 def _async_fn(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if not callable(value):
         raise TypeError(f"{attribute.name} must be an async function, got {preview(value)}")
@@ -86,13 +72,19 @@ class Tool:
     the run continues, so the model can recover.
 
     Raises:
-        TypeError: a field has the wrong type, or ``fn`` is not an async function.
-        ValueError: ``name`` is empty or holds NUL.
+        TypeError: a field has the wrong type, ``fn`` is not an async function,
+            or ``parameters`` holds a value JSON has no type for (a set,
+            bytes, a datetime, a non-``str`` key); the message names its path.
+        ValueError: ``name`` is empty or holds NUL; ``parameters`` holds NaN
+            or infinity, a lone surrogate, a cycle, or nests deeper than
+            ``JSON_DEPTH_MAX`` (100) levels.
     """
 
-    name: str = attrs.field(validator=_name)
-    description: str = attrs.field(validator=_text)
-    parameters: dict[str, Any] = attrs.field(converter=frozen_schema, validator=_schema, hash=False)
+    name: str = attrs.field(validator=check.name)
+    description: str = attrs.field(validator=check.text)
+    parameters: dict[str, Any] = attrs.field(
+        converter=frozen_schema, validator=check.schema, hash=False
+    )
     fn: ToolFn = attrs.field(validator=_async_fn, hash=False)
 
     @property

@@ -4,20 +4,12 @@ from __future__ import annotations
 
 import enum
 import json
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime
 
 import attrs
 
-from agentloop._validate import (
-    INT64_MAX,
-    check_int,
-    check_text,
-    parse_json,
-    preview,
-    validate_json,
-    validate_session_id,
-)
+from agentloop import _validate as check
+from agentloop._validate import parse_json, preview, trusted_builder, validate_json
 
 
 class StepType(enum.StrEnum):
@@ -42,89 +34,13 @@ class RunStatus(enum.StrEnum):
     budget_exhausted = "budget_exhausted"
 
 
-def _session_id(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    validate_session_id(value, attribute.name)
-
-
-def _short_text(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    check_text(value, attribute.name, allow_nul=False)
-
-
-def _text(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    check_text(value, attribute.name)
-
-
-def _json_text(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    validate_json(value, attribute.name)
-
-
-def _optional_json_text(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None:
-        validate_json(value, attribute.name)
-
-
-def _int32(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    check_int(value, attribute.name)
-
-
-def _int64(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    check_int(value, attribute.name, maximum=INT64_MAX)
-
-
-def _to_member(enum_type: type[enum.StrEnum], value: object) -> object:
-    if isinstance(value, str) and not isinstance(value, enum_type):
-        try:
-            return enum_type(value)
-        except ValueError:
-            return value  # left for the validator, which names the field
-    return value
-
-
-def _check_member(enum_type: type[enum.StrEnum], field: str, value: object) -> None:
-    if not isinstance(value, enum_type):
-        allowed = ", ".join(member.value for member in enum_type)
-        raise ValueError(f"{field} must be one of {allowed}, got {preview(value)}")
-
-
 def _to_step_type(value: object) -> object:
-    return _to_member(StepType, value)
+    return check.to_member(StepType, value)
 
 
-def _to_status(value: object) -> object:
-    return _to_member(RunStatus, value)
-
-
-def _step_type(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    _check_member(StepType, attribute.name, value)
-
-
-def _status(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    _check_member(RunStatus, attribute.name, value)
-
-
-def _optional_status(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None:
-        _check_member(RunStatus, attribute.name, value)
-
-
-def _to_utc(value: object) -> object:
-    if isinstance(value, datetime) and value.utcoffset() is not None:
-        try:
-            return value.astimezone(UTC)
-        except OverflowError:
-            return value  # outside UTC's range: left for the validator, which names the field
-    return value  # left for the validator, which names the field
-
-
-def _aware_datetime(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, datetime):
-        raise TypeError(f"{attribute.name} must be a datetime, got {preview(value)}")
-    if value.utcoffset() is None:
-        raise ValueError(f"{attribute.name} must be timezone-aware, got {value!r}")
-    if value.tzinfo is not UTC and value.utcoffset() != timedelta(0):
-        raise ValueError(
-            f"{attribute.name} must be within datetime's range once converted to UTC, got {value!r}"
-        )
+def to_status(value: object) -> object:
+    """Convert a status value (``"completed"``) into the :class:`RunStatus` member."""
+    return check.to_member(RunStatus, value)
 
 
 def _now() -> datetime:
@@ -140,10 +56,12 @@ class Session:
     JSON-semantically, never byte for byte.
     """
 
-    id: str = attrs.field(validator=_session_id)
-    model: str = attrs.field(default="", validator=_short_text)
-    system_prompt: str = attrs.field(default="", validator=_text)
-    data: str | None = attrs.field(default=None, validator=_optional_json_text)
+    id: str = attrs.field(validator=check.session_id)
+    model: str = attrs.field(default="", validator=check.key_text)
+    system_prompt: str = attrs.field(default="", validator=check.text)
+    data: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(check.json_text)
+    )
 
     def with_data(self, data: str | None) -> Session:
         """A copy with ``data`` replaced; only the new ``data`` is validated.
@@ -157,22 +75,10 @@ class Session:
         """
         if data is not None:
             validate_json(data, "data")
-        return replace_checked_data(self, data)
+        return _trusted_session(self.id, self.model, self.system_prompt, data)
 
 
-def replace_checked_data(session: Session, data: str | None) -> Session:
-    """``session`` with ``data`` swapped in, skipping validation: ``data`` must be checked already.
-
-    For stores that validate a snapshot outside their lock and swap it in
-    under it; everything else uses :meth:`Session.with_data`.
-    """
-    copy = object.__new__(Session)
-    setattr_ = object.__setattr__  # the frozen class's own __setattr__ refuses
-    setattr_(copy, "id", session.id)
-    setattr_(copy, "model", session.model)
-    setattr_(copy, "system_prompt", session.system_prompt)
-    setattr_(copy, "data", data)
-    return copy
+_trusted_session = trusted_builder(Session)
 
 
 @attrs.frozen
@@ -185,27 +91,29 @@ class RunStep:
     :class:`CompactionCheckpoint`.
     """
 
-    session_id: str = attrs.field(validator=_session_id)
-    step_index: int = attrs.field(validator=_int32)
-    step_type: StepType = attrs.field(converter=_to_step_type, validator=_step_type)
-    content: str = attrs.field(default="", validator=_text)
-    tool_args: str = attrs.field(default="{}", validator=_json_text)
-    duration_ms: int = attrs.field(default=0, validator=_int32)
-    prompt_tokens: int = attrs.field(default=0, validator=_int32)
-    completion_tokens: int = attrs.field(default=0, validator=_int32)
-    created_at: datetime = attrs.field(factory=_now, converter=_to_utc, validator=_aware_datetime)
+    session_id: str = attrs.field(validator=check.session_id)
+    step_index: int = attrs.field(validator=check.int32)
+    step_type: StepType = attrs.field(converter=_to_step_type, validator=check.member_of(StepType))
+    content: str = attrs.field(default="", validator=check.text)
+    tool_args: str = attrs.field(default="{}", validator=check.json_text)
+    duration_ms: int = attrs.field(default=0, validator=check.int32)
+    prompt_tokens: int = attrs.field(default=0, validator=check.int32)
+    completion_tokens: int = attrs.field(default=0, validator=check.int32)
+    created_at: datetime = attrs.field(
+        factory=_now, converter=check.to_utc, validator=check.aware_datetime
+    )
 
 
 @attrs.frozen
 class FinalizeSummary:
     """What one run reports when it ends; the latest ``finalize`` of a session wins."""
 
-    status: RunStatus = attrs.field(converter=_to_status, validator=_status)
-    prompt_tokens: int = attrs.field(default=0, validator=_int32)
-    completion_tokens: int = attrs.field(default=0, validator=_int32)
-    step_count: int = attrs.field(default=0, validator=_int32)
-    duration_ms: int = attrs.field(default=0, validator=_int32)
-    data_bytes_carried: int = attrs.field(default=0, validator=_int64)
+    status: RunStatus = attrs.field(converter=to_status, validator=check.member_of(RunStatus))
+    prompt_tokens: int = attrs.field(default=0, validator=check.int32)
+    completion_tokens: int = attrs.field(default=0, validator=check.int32)
+    step_count: int = attrs.field(default=0, validator=check.int32)
+    duration_ms: int = attrs.field(default=0, validator=check.int32)
+    data_bytes_carried: int = attrs.field(default=0, validator=check.int64)
 
 
 @attrs.frozen
@@ -216,7 +124,7 @@ class CompactionCheckpoint:
     ``{"retain_from_step": N}``.
     """
 
-    retain_from_step: int = attrs.field(validator=_int32)
+    retain_from_step: int = attrs.field(validator=check.int32)
 
     def to_json(self) -> str:
         """The JSON text stored in a ``summary`` step's ``tool_args``."""
@@ -251,8 +159,10 @@ class SessionInfo:
     ``updated_at`` the latest, both aware UTC.
     """
 
-    id: str = attrs.field(validator=_session_id)
-    status: RunStatus | None = attrs.field(converter=_to_status, validator=_optional_status)
-    step_count: int = attrs.field(validator=_int64)
-    created_at: datetime = attrs.field(converter=_to_utc, validator=_aware_datetime)
-    updated_at: datetime = attrs.field(converter=_to_utc, validator=_aware_datetime)
+    id: str = attrs.field(validator=check.session_id)
+    status: RunStatus | None = attrs.field(
+        converter=to_status, validator=attrs.validators.optional(check.member_of(RunStatus))
+    )
+    step_count: int = attrs.field(validator=check.int64)
+    created_at: datetime = attrs.field(converter=check.to_utc, validator=check.aware_datetime)
+    updated_at: datetime = attrs.field(converter=check.to_utc, validator=check.aware_datetime)

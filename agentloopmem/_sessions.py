@@ -14,12 +14,14 @@ from agentloop import (
     FinalizeSummary,
     Session,
     SessionInfo,
+    validate_json,
     validate_n,
     validate_session_id,
 )
-from agentloop._types import replace_checked_data
-from agentloop._validate import preview, validate_json
+from agentloop._validate import preview, trusted_builder
 from agentloopmem._base import MemoryStoreBase
+
+_trusted_session = trusted_builder(Session)  # for data already checked outside the lock
 
 
 @attrs.define
@@ -136,7 +138,10 @@ class SessionStore(MemoryStoreBase):
         with self._lock:
             self._check_open()
             record = self._write(session_id, now)
-            record.session = replace_checked_data(record.session, snapshot)
+            session = record.session
+            record.session = _trusted_session(
+                session.id, session.model, session.system_prompt, snapshot
+            )
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def finalize(self, session_id: str, summary: FinalizeSummary) -> None:

@@ -6,7 +6,6 @@ psycopg is imported lazily: ``import agentloopsql`` works without it, and
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from functools import partial
@@ -15,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 
 from agentloop import StoreError, StoreUnavailableError
-from agentloop._validate import preview
+from agentloop._validate import check_seconds, preview
 from agentloopsql._base import SqlStoreBase
 from agentloopsql._worker import Workers
 
@@ -144,28 +143,9 @@ class PostgresStore(SqlStoreBase["Conn"]):
             raise TypeError(f"pool_size must be an int >= 1, got {preview(pool_size)}")
         if pool_size < 1:
             raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
-        if not isinstance(pool_timeout, int | float) or isinstance(pool_timeout, bool):
-            raise TypeError(
-                f"pool_timeout must be a number of seconds, got {preview(pool_timeout)}"
-            )
-        if not (math.isfinite(pool_timeout) and pool_timeout > 0):
-            raise ValueError(
-                f"pool_timeout must be a finite number of seconds > 0, got {pool_timeout!r}"
-            )
-        if statement_timeout is not None:
-            if not isinstance(statement_timeout, int | float) or isinstance(
-                statement_timeout, bool
-            ):
-                raise TypeError(
-                    "statement_timeout must be a number of seconds or None, "
-                    f"got {preview(statement_timeout)}"
-                )
-            if not (math.isfinite(statement_timeout) and statement_timeout >= 0.001):
-                raise ValueError(
-                    "statement_timeout must be a finite number of seconds >= 0.001, "
-                    f"got {statement_timeout!r}"
-                )
-        timeout = float(pool_timeout)
+        timeout = check_seconds(pool_timeout, "pool_timeout")
+        if statement_timeout is not None:  # the server holds int ms, and 0 means "no limit"
+            check_seconds(statement_timeout, "statement_timeout", minimum=0.001, none_allowed=True)
         statement_ms = None if statement_timeout is None else round(statement_timeout * 1000)
         pool = _new_pool(dsn, pool_size, timeout, statement_ms)
         try:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 import os
 import sqlite3
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentloop import FinalizeSummary, RunStep, Session, SessionInfo
-from agentloop._validate import preview
+from agentloop._validate import check_seconds, preview
 from agentloopsql import _codec
 from agentloopsql._base import SqlStoreBase
 from agentloopsql._sqlite_exec import SqliteExecutor
@@ -209,7 +208,7 @@ class SqliteStore(SqlStoreBase[sqlite3.Connection]):
         Raises:
             TypeError: ``path`` is not a str or path; a bad ``synchronous``/``busy_timeout``.
             ValueError: ``path`` is empty; ``synchronous`` is not one of the choices above;
-                ``busy_timeout`` is not finite and > 0.
+                ``busy_timeout`` is not finite, > 0 and <= ``SECONDS_MAX`` (2**31 - 1 ms).
             StoreError: the file's schema is newer than this version supports.
             StoreUnavailableError: SQLite could not open or migrate the file.
 
@@ -228,16 +227,8 @@ class SqliteStore(SqlStoreBase[sqlite3.Connection]):
             raise TypeError(f"synchronous must be a str, got {preview(synchronous)}")
         if synchronous.lower() not in SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {SYNCHRONOUS}, got {synchronous!r}")
-        if not isinstance(busy_timeout, int | float) or isinstance(busy_timeout, bool):
-            raise TypeError(
-                f"busy_timeout must be a number of seconds, got {preview(busy_timeout)}"
-            )
-        if not (math.isfinite(busy_timeout) and busy_timeout > 0):
-            raise ValueError(
-                f"busy_timeout must be a finite number of seconds > 0, got {busy_timeout!r}"
-            )
+        timeout = check_seconds(busy_timeout, "busy_timeout")  # SQLite holds int ms
         mode = synchronous.lower()
-        timeout = float(busy_timeout)
         executor = SqliteExecutor(lambda: connect(name, mode, timeout))
         workers = Workers(executor, 1, "SqliteStore")
         try:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shutil
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from xml.etree import ElementTree
 
 import trio
 
+from agentloop._validate import check_seconds
 from agentlooptest._builtin import BUILTIN_NAMES, builtin_targets
 from agentlooptest._certify import certify, matches
 from agentlooptest._clause import Clause
@@ -69,14 +69,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _seconds(text: str) -> float:
-    """A finite number of seconds > 0, for argparse (which turns ValueError into a usage error)."""
+    """Seconds as ``check_seconds`` allows them, for argparse (its errors are usage errors)."""
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
-    return value
+        return check_seconds(float(text), "seconds")
+    except ValueError as exc:  # not a number, or outside the rule
+        # argparse names the option itself, so only the rule is kept from the message
+        rule = str(exc).partition("seconds must ")[2].partition(", got")[0]
+        raise argparse.ArgumentTypeError(
+            f"must {rule or 'be a number of seconds'}, got {text!r}"
+        ) from None
 
 
 def _writable(path: Path | None, option: str) -> str | None:

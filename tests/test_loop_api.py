@@ -75,20 +75,27 @@ class TestLoopConfig:
             ({"max_iterations": True}, TypeError, r"^max_iterations must be an int"),
             ({"history_window": 0}, ValueError, r"^history_window must be an int in \[1,"),
             ({"token_budget": 0}, ValueError, r"^token_budget must be an int in \[1,"),
-            ({"run_timeout": 0}, ValueError, r"^run_timeout must be > 0 seconds"),
-            ({"run_timeout": float("nan")}, ValueError, r"^run_timeout must be > 0 seconds"),
+            (
+                {"run_timeout": 0},
+                ValueError,
+                r"^run_timeout must be a finite number of seconds > 0",
+            ),
+            ({"run_timeout": float("nan")}, ValueError, r"^run_timeout must be a finite number"),
+            ({"run_timeout": 2147483.648}, ValueError, r"and <= 2147483.647 or None"),
             ({"finalize_timeout": "5"}, TypeError, r"^finalize_timeout must be a number"),
             (
                 {"finalize_timeout": float("inf")},
                 ValueError,
-                r"^finalize_timeout must be > 0 seconds and finite, got inf$",
+                r"^finalize_timeout must be a finite number of seconds > 0 and <= 2147483.647, "
+                r"got inf$",
             ),
             (
                 {"run_timeout": float("inf")},
                 ValueError,
-                r"^run_timeout must be > 0 seconds and finite \(None for no limit\), got inf$",
+                r"^run_timeout must be a finite number of seconds > 0 and <= 2147483.647 "
+                r"or None \(no limit\), got inf$",
             ),
-            ({"run_timeout": -float("inf")}, ValueError, r"^run_timeout must be > 0 seconds"),
+            ({"run_timeout": -float("inf")}, ValueError, r"^run_timeout must be a finite number"),
             ({"model": 3}, TypeError, r"^model must be a str"),
         ],
     )
@@ -102,7 +109,7 @@ class TestRunResult:
     def test_checks_fields(self) -> None:
         """RunResult refuses a status that is not a RunStatus and negative counts."""
         with pytest.raises(TypeError, match=r"^status must be a RunStatus"):
-            RunResult("completed", "", 0, 0, 0, 0)  # type: ignore[arg-type]
+            RunResult(5, "", 0, 0, 0, 0)  # type: ignore[arg-type]
         with pytest.raises(ValueError, match=r"^steps must be an int in"):
             RunResult(RunStatus.completed, "", -1, 0, 0, 0)
 
