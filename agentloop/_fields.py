@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import attrs
 
 from agentloop._checks import (
+    INT32_MAX,
     INT64_MAX,
     check_int,
     check_seconds,
@@ -33,6 +34,8 @@ def _type_name(value: object) -> str:
 
 def text(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     """A ``str`` a store can hold; NUL allowed (content, prompts, arguments)."""
+    if value.__class__ is str and value.isascii():
+        return  # the common case: ASCII holds no lone surrogate
     check_text(value, attribute.name)
 
 
@@ -59,6 +62,8 @@ def json_text(_: object, attribute: attrs.Attribute[Any], value: object) -> None
 
 def int32(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     """An ``int`` in ``[0, 2**31 - 1]``."""
+    if value.__class__ is int and 0 <= value <= INT32_MAX:
+        return  # the common case, without a call (bool's class is not int)
     check_int(value, attribute.name)
 
 
