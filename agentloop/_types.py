@@ -51,8 +51,8 @@ def _now() -> datetime:
 class Session:
     """A session's settings and working memory, as a :class:`SessionStore` keeps them.
 
-    ``id`` is opaque and case-sensitive: any non-empty text without NUL or lone
-    surrogates. ``data`` is JSON text (or ``None``); stores compare it
+    ``id`` is opaque and case-sensitive: any non-empty text of at most 1,024
+    UTF-8 bytes, without NUL or lone surrogates. ``data`` is JSON text (or ``None``); stores compare it
     JSON-semantically, never byte for byte.
     """
 
