@@ -52,8 +52,8 @@ class Session:
     """A session's settings and working memory, as a :class:`SessionStore` keeps them.
 
     ``id`` is opaque and case-sensitive: any non-empty text of at most 1,024
-    UTF-8 bytes, without NUL or lone surrogates. ``data`` is JSON text (or ``None``); stores compare it
-    JSON-semantically, never byte for byte.
+    UTF-8 bytes, without NUL or lone surrogates. ``data`` is JSON text (or
+    ``None``); stores compare it JSON-semantically, never byte for byte.
     """
 
     id: str = attrs.field(validator=check.session_id)
