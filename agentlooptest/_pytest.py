@@ -19,7 +19,7 @@ from agentlooptest._certify import factory_failure
 from agentlooptest._clause import CAPABILITIES, Clause, Violation
 from agentlooptest._harness import Harness
 from agentlooptest._registry import CLAUSES
-from agentlooptest._run import run_check
+from agentlooptest._run_clause import run_check
 from agentlooptest._stores import probe, skip_reason
 
 _BY_NAME: dict[str, Clause] = {c.test_name: c for c in CLAUSES}
