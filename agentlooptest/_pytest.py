@@ -121,7 +121,9 @@ class StepStoreContract(_Contract):
 
     Each clause is one test named after its id (``test_step_order_oldest_first``),
     so ``-k`` selects clauses; a capability the store lacks is skipped with
-    its reason.
+    its reason. The tests are generated, so no file spells their names:
+    ``agentlooptest clauses --where -k test_step_order_oldest_first`` prints
+    the ``file:line`` of the check behind one.
     """
 
 
