@@ -7,39 +7,33 @@ exposed three ways:
 - ``report = await certify(harness)``, without pytest;
 - the CLI ``agentlooptest certify [module:attr]`` (also ``python -m agentlooptest``).
 
-Needs the ``contract`` extra: ``pip install 'agentloop[contract]'``.
+``certify()`` and the CLI never import pytest: the two base classes are
+loaded on first use (``from agentlooptest import StepStoreContract`` works as
+usual). Needs the ``contract`` extra: ``pip install 'agentloop[contract]'``.
 """
 
 from __future__ import annotations
+
+import sys as _sys
+import typing as _typing
 
 from agentlooptest._deps import require
 
 require()
 
-import pytest  # noqa: E402 - only once the dependencies are known to be there
-
-# Failures inside clause checks show their values when run under pytest.
-pytest.register_assert_rewrite(
-    "agentlooptest._steps_order",
-    "agentlooptest._steps_values",
-    "agentlooptest._steps_ids",
-    "agentlooptest._steps_stress",
-    "agentlooptest._steps_caps",
-    "agentlooptest._sessions_core",
-    "agentlooptest._sessions_stress",
-    "agentlooptest._sessions_caps",
-    "agentlooptest._sessions_life",
-    "agentlooptest._stateful",
-)
+if "pytest" in _sys.modules:  # under pytest: failing clause asserts show their values
+    _sys.modules["pytest"].register_assert_rewrite("agentlooptest._clauses")
 
 from agentlooptest._builtin import memory_harness  # noqa: E402
 from agentlooptest._certify import certify  # noqa: E402
 from agentlooptest._clause import CAPABILITIES, Clause, Violation  # noqa: E402
 from agentlooptest._harness import Harness  # noqa: E402
-from agentlooptest._pytest import SessionStoreContract, StepStoreContract  # noqa: E402
 from agentlooptest._registry import CLAUSES  # noqa: E402
 from agentlooptest._report import ClauseResult, Report  # noqa: E402
-from agentlooptest._run import ClauseFailed  # noqa: E402
+from agentlooptest._run_clause import ClauseFailed  # noqa: E402
+
+if _typing.TYPE_CHECKING:
+    from agentlooptest._pytest import SessionStoreContract, StepStoreContract
 
 __all__ = [
     "CAPABILITIES",
@@ -55,3 +49,18 @@ __all__ = [
     "certify",
     "memory_harness",
 ]
+
+_PYTEST_CLASSES = frozenset({"SessionStoreContract", "StepStoreContract"})
+
+
+def __getattr__(name: str) -> object:
+    """Load the pytest base classes, and pytest with them, only when asked for."""
+    if name in _PYTEST_CLASSES:
+        from agentlooptest import _pytest  # late on purpose: pytest on demand only
+
+        return getattr(_pytest, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PYTEST_CLASSES})

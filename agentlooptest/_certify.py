@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from agentlooptest._clause import CAPABILITIES, REOPEN, Clause, Violation, format_violation
 from agentlooptest._registry import CLAUSES
 from agentlooptest._report import ClauseResult, Outcome, Report
-from agentlooptest._run import CLAUSE_TIMEOUT, run_clause
+from agentlooptest._run_clause import CLAUSE_TIMEOUT, run_clause
 from agentlooptest._stores import probe, skip_reason
 
 if TYPE_CHECKING:
@@ -21,12 +21,17 @@ _PROTOCOLS = {"step": "StepStore", "session": "SessionStore"}
 
 
 def matches(clause: Clause, pattern: str | None) -> bool:
-    """Whether ``pattern`` selects ``clause``: a substring of its id, or a glob with ``*?[``."""
+    """Whether ``pattern`` selects ``clause``: a substring of its id, or a glob with ``*?[``.
+
+    A pattern starting with ``test_`` is matched the same way against the
+    clause's pytest test name (``test_step_order_oldest_first``) instead.
+    """
     if not pattern:
         return True
+    name = clause.test_name if pattern.startswith("test_") else clause.id
     if any(ch in pattern for ch in "*?["):
-        return fnmatch.fnmatchcase(clause.id, pattern)
-    return pattern in clause.id
+        return fnmatch.fnmatchcase(name, pattern)
+    return pattern in name
 
 
 async def certify(

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import re
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import attrs
@@ -46,6 +49,8 @@ REOPEN = "reopen"
 
 Check = Callable[["Harness"], Awaitable[None]]
 
+_SOURCE_ROOT = Path(__file__).resolve().parent.parent
+
 _ID = re.compile(r"^(step|session)(\.[a-z0-9]+(-[a-z0-9]+)*)+$")
 
 
@@ -78,6 +83,19 @@ class Clause:
     def test_name(self) -> str:
         """The pytest method name: ``test_`` and the id with ``.``/``-`` as ``_``."""
         return "test_" + re.sub(r"[.-]", "_", self.id)
+
+    @property
+    def where(self) -> str:
+        """``file:line`` of the check's ``@clause(`` line, the path from the package's parent.
+
+        A check defined outside the directory holding ``agentlooptest`` keeps
+        its absolute path.
+        """
+        code = inspect.unwrap(self.check).__code__
+        path = Path(code.co_filename)
+        with contextlib.suppress(ValueError):
+            path = path.relative_to(_SOURCE_ROOT)
+        return f"{path.as_posix()}:{code.co_firstlineno}"
 
 
 class Violation(Exception):

@@ -22,7 +22,7 @@ from agentlooptest._certify import certify, matches
 from agentlooptest._clause import Clause
 from agentlooptest._registry import CLAUSES
 from agentlooptest._report import ClauseResult, Report
-from agentlooptest._run import CLAUSE_TIMEOUT
+from agentlooptest._run_clause import CLAUSE_TIMEOUT
 from agentlooptest._target import TargetError, load
 
 _MARK = {"passed": "pass", "failed": "FAIL", "skipped": "skipped"}
@@ -64,7 +64,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     lst = sub.add_parser("clauses", help="list the clauses")
     lst.add_argument("--markdown", action="store_true", help="as the README's markdown table")
-    lst.add_argument("-k", metavar="PATTERN", dest="pattern", help="only matching clause ids")
+    lst.add_argument(
+        "--where",
+        action="store_true",
+        help="with each clause's pytest test name and the file:line of its check",
+    )
+    lst.add_argument(
+        "-k",
+        metavar="PATTERN",
+        dest="pattern",
+        help="only clauses whose id contains PATTERN (a glob if it has * ? [); "
+        "a PATTERN starting with test_ matches pytest test names instead",
+    )
     return parser
 
 
@@ -217,8 +228,14 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "clauses":
         chosen = tuple(c for c in CLAUSES if matches(c, args.pattern))
+        if args.pattern and not chosen:
+            print(f"agentlooptest: no clause matches -k {args.pattern!r}", file=sys.stderr)
+            return 2
         if args.markdown:
             print(clause_table(chosen))
+        elif args.where:
+            for c in chosen:
+                print(f"{c.id:40} {c.test_name:45} {c.where}")
         else:
             for c in chosen:
                 print(f"{c.id:40} {c.capability or 'base':15} {c.title}")

@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-from agentloop import CompactionCheckpoint, RunStep, StepType
+from agentloop import RunStep, StepType
 
 T0 = datetime(2026, 3, 14, 15, 9, 26, 535897, tzinfo=UTC)
 """A fixed base time with every microsecond digit set."""
@@ -128,17 +128,6 @@ def step(session_id: str, index: int, **fields: Any) -> RunStep:
 def steps(session_id: str, count: int, start: int = 0) -> list[RunStep]:
     """``count`` distinctive steps with indices ``start``...``start+count-1``."""
     return [step(session_id, i) for i in range(start, start + count)]
-
-
-def summary_step(session_id: str, index: int, retain_from: int) -> RunStep:
-    """A ``summary`` step carrying a :class:`CompactionCheckpoint`."""
-    return step(
-        session_id,
-        index,
-        step_type=StepType.summary,
-        content="Summary of the conversation so far.",
-        tool_args=CompactionCheckpoint(retain_from).to_json(),
-    )
 
 
 def step_diff(sent: RunStep, got: object) -> list[str]:

@@ -19,7 +19,7 @@ from agentlooptest._certify import factory_failure
 from agentlooptest._clause import CAPABILITIES, Clause, Violation
 from agentlooptest._harness import Harness
 from agentlooptest._registry import CLAUSES
-from agentlooptest._run import run_check
+from agentlooptest._run_clause import run_check
 from agentlooptest._stores import probe, skip_reason
 
 _BY_NAME: dict[str, Clause] = {c.test_name: c for c in CLAUSES}
@@ -121,7 +121,9 @@ class StepStoreContract(_Contract):
 
     Each clause is one test named after its id (``test_step_order_oldest_first``),
     so ``-k`` selects clauses; a capability the store lacks is skipped with
-    its reason.
+    its reason. The tests are generated, so no file spells their names:
+    ``agentlooptest clauses --where -k test_step_order_oldest_first`` prints
+    the ``file:line`` of the check behind one.
     """
 
 

@@ -1,41 +1,24 @@
-"""The one list of clauses: importing the clause modules registers them."""
+"""The one list of clauses, built from :data:`agentlooptest._clauses.FAMILIES`."""
 
 from __future__ import annotations
 
-from agentlooptest import (  # noqa: F401 - imported to register their clauses
-    _sessions_caps,
-    _sessions_core,
-    _sessions_life,
-    _sessions_race,
-    _sessions_stress,
-    _stateful,
-    _steps_caps,
-    _steps_ids,
-    _steps_order,
-    _steps_stress,
-    _steps_values,
-)
+import importlib
+
 from agentlooptest._clause import Clause, registered
+from agentlooptest._clauses import FAMILIES
 
-_FAMILIES = (
-    "_steps_order",
-    "_steps_values",
-    "_steps_ids",
-    "_steps_stress",
-    "_steps_caps",
-    "_sessions_core",
-    "_sessions_stress",
-    "_sessions_race",
-    "_sessions_caps",
-    "_sessions_life",
-    "_stateful",
-)
+PACKAGE = "agentlooptest._clauses"
+"""The package of the clause modules (pytest rewrites the asserts of all of it)."""
+
+for _family in FAMILIES:
+    importlib.import_module(f"{PACKAGE}.{_family}")  # importing a module registers its clauses
+del _family
 
 
-def _rank(c: Clause) -> tuple[bool, int]:
-    module = c.check.__module__.rpartition(".")[2]
-    return (c.protocol != "step", _FAMILIES.index(module))
+def _rank(c: Clause) -> int:
+    return FAMILIES.index(c.check.__module__.rpartition(".")[2])
 
 
 CLAUSES: tuple[Clause, ...] = tuple(sorted(registered(), key=_rank))
-"""Every clause: step clauses first, then session clauses; base before capabilities."""
+"""Every clause, family by family in :data:`~agentlooptest._clauses.FAMILIES` order,
+each family's clauses in the order its module defines them."""

@@ -11,7 +11,7 @@ import trio
 
 from agentloop import RunStep, SessionStore, StepStore, SupportsAclose
 from agentlooptest._clause import CAPABILITIES, REOPEN, Clause, Violation
-from agentlooptest._run import CLAUSE_TIMEOUT
+from agentlooptest._run_clause import CLAUSE_TIMEOUT
 
 if TYPE_CHECKING:
     from agentlooptest._harness import Harness, StoreFactory

@@ -6,7 +6,7 @@ import pytest
 from broken.catalogue import CATALOGUE, Broken, good_harness
 
 import agentlooptest._cancel
-import agentlooptest._stateful
+import agentlooptest._clauses._machines
 from agentlooptest import CLAUSES, certify, memory_harness
 
 
@@ -14,7 +14,7 @@ from agentlooptest import CLAUSES, certify, memory_harness
 def _quick_hang_detection(monkeypatch: pytest.MonkeyPatch) -> None:
     """A wedged store is detected in a second instead of ten; shrinking stops sooner."""
     monkeypatch.setattr(agentlooptest._cancel, "USABLE_TIMEOUT", 1.0)
-    monkeypatch.setattr(agentlooptest._stateful, "SHRINK_SECONDS", 3)
+    monkeypatch.setattr(agentlooptest._clauses._machines, "SHRINK_SECONDS", 3)
 
 
 @pytest.mark.parametrize("broken", CATALOGUE, ids=lambda b: b.name.partition(":")[0])

@@ -34,7 +34,7 @@ def test_table_has_one_row_per_clause() -> None:
 
 def test_readme_numbers_match_the_contract() -> None:
     """The README's program count and example verdict follow the settings and the clause list."""
-    from agentlooptest._stateful import SETTINGS
+    from agentlooptest._clauses._machines import SETTINGS
 
     text = README.read_text(encoding="utf-8")
     assert f"two hypothesis state machines ({SETTINGS.max_examples} programs each" in text

@@ -44,11 +44,6 @@ class Broken:
     expected: str
     harness: Harness
 
-    @property
-    def defect(self) -> str:
-        """What is wrong with it, in one line."""
-        return self.name
-
 
 def _steps(cls: type, expected: str) -> Broken:
     doc = (cls.__doc__ or cls.__name__).strip()

@@ -1,8 +1,9 @@
-"""Model-based clauses: hypothesis drives a store and a plain-Python model side by side.
+"""The state machines of the ``*.model-based`` clauses: a store and a model side by side.
 
-Hypothesis has no async rules, so the state machine runs in a worker thread
-(``trio.to_thread.run_sync``) and reaches the store through
-``trio.from_thread.run``, all inside the clause's own trio run.
+Not a clause module: ``step_model_based`` and ``session_model_based`` import
+it when their clause runs. Hypothesis has no async rules, so the state
+machine runs in a worker thread (``trio.to_thread.run_sync``) and reaches the
+store through ``trio.from_thread.run``, all inside the clause's own trio run.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from hypothesis.stateful import (
 )
 
 from agentloop import FinalizeSummary, RunStatus, RunStep, Session, StepType
-from agentlooptest._clause import Violation, clause
+from agentlooptest._clause import Violation
 from agentlooptest._data import T0, describe, json_equal, mismatch, same_steps
 from agentlooptest._stores import Steps, aclose_quietly
 
@@ -279,7 +280,7 @@ def _shrink_budget() -> Iterator[None]:
         engine.MAX_SHRINKING_SECONDS = old
 
 
-def _run(machine: type[RuleBasedStateMachine], harness: Harness) -> None:
+def run_machine(machine: type[RuleBasedStateMachine], harness: Harness) -> None:
     """Run the machine (in a worker thread); a failure becomes a Violation with the program."""
     bound = type(machine.__name__, (machine,), {"harness": harness})
     lines: list[str] = []
@@ -300,27 +301,3 @@ def _run(machine: type[RuleBasedStateMachine], harness: Harness) -> None:
             if line not in known:
                 exc.add_note(line)
         raise
-
-
-@clause(
-    "step.model-based",
-    "random append / last_n / all / delete_session programs match a model",
-    why=(
-        "the loop's history is whatever these calls return over a session's life; any "
-        "divergence from the model is history the model is shown wrongly"
-    ),
-)
-async def _step_model(h: Harness) -> None:
-    await trio.to_thread.run_sync(_run, StepMachine, h)
-
-
-@clause(
-    "session.model-based",
-    "random get / exists / update_data / finalize / put / final / list programs match a model",
-    why=(
-        "working memory and run status are whatever these calls return over a session's "
-        "life; any divergence from the model is state the next run gets wrong"
-    ),
-)
-async def _session_model(h: Harness) -> None:
-    await trio.to_thread.run_sync(_run, SessionMachine, h)

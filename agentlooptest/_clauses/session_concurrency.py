@@ -1,4 +1,4 @@
-"""Session clauses for reads and summaries racing data writes on one session."""
+"""``session.concurrency.*``: concurrent writes and reads on one or many sessions."""
 
 from __future__ import annotations
 
@@ -8,12 +8,99 @@ from typing import TYPE_CHECKING
 import trio
 
 from agentloop import FinalizeSummary, RunStatus, Session, SupportsPut
-from agentlooptest._clause import clause
-from agentlooptest._sessions_core import expect_data
+from agentlooptest._clause import clause, expect
+from agentlooptest._clauses._shared import DONE, expect_data
+from agentlooptest._data import json_equal
 from agentlooptest._stores import open_sessions
 
 if TYPE_CHECKING:
     from agentlooptest._harness import Harness
+
+
+@clause(
+    "session.concurrency.same-session",
+    "concurrent update_data on one session ends with exactly one of the written values",
+    why=(
+        "parallel tool calls write working memory concurrently; a store that merges or "
+        "tears concurrent writes leaves a snapshot nobody wrote"
+    ),
+)
+async def _same_session(h: Harness) -> None:
+    async with open_sessions(h) as store:
+        for storm in range(6):
+            sid = f"shared-{storm}"
+            written = [
+                json.dumps({"writer": k, "copy": k, "a": k, "b": [k], "c": {"k": k}})
+                for k in range(60)
+            ]
+            async with trio.open_nursery() as nursery:
+                for doc in written:
+                    nursery.start_soon(store.update_data, sid, doc)
+            got = await store.get(sid)
+            expect(
+                any(json_equal(doc, got.data) for doc in written),
+                did=f"60 tasks called update_data({sid!r}, <their own document>) concurrently, "
+                f"then get({sid!r})",
+                expected="data equal to one of the 60 written documents",
+                got=got,
+            )
+
+
+@clause(
+    "session.concurrency.many-sessions",
+    "concurrent writes to hundreds of sessions each land on their own session",
+    why=(
+        "a server runs many sessions at once; a store that crosses concurrent writes "
+        "hands one user's working memory to another"
+    ),
+)
+async def _many(h: Harness) -> None:
+    async with open_sessions(h) as store:
+        ids = [f"m{k}" for k in range(200)]
+
+        async def write(k: int, sid: str) -> None:
+            await store.update_data(sid, json.dumps({"owner": sid}))
+            await store.finalize(sid, FinalizeSummary(RunStatus.completed, step_count=k))
+
+        async with trio.open_nursery() as nursery:
+            for k, sid in enumerate(ids):
+                nursery.start_soon(write, k, sid)
+        for sid in ids:
+            await expect_data(
+                store,
+                sid,
+                json.dumps({"owner": sid}),
+                f"200 tasks each wrote update_data + finalize to their session, then get({sid!r})",
+            )
+
+
+@clause(
+    "session.concurrency.first-writes",
+    "racing first writes (update_data and finalize) on a new session both survive",
+    why=(
+        "the first run of a session writes data and finalizes close together; a "
+        "check-then-insert store lets one first write overwrite the other and memory is lost"
+    ),
+)
+async def _first_writes(h: Harness) -> None:
+    async with open_sessions(h) as store:
+        ids = [f"new{k}" for k in range(60)]
+        async with trio.open_nursery() as nursery:
+            for sid in ids:
+                nursery.start_soon(store.update_data, sid, json.dumps({"first": sid}))
+                nursery.start_soon(store.finalize, sid, DONE)
+        for sid in ids:
+            await expect_data(
+                store,
+                sid,
+                json.dumps({"first": sid}),
+                f"raced update_data({sid!r}, <doc>) against finalize({sid!r}, ...) on a new "
+                f"session, then get({sid!r})",
+            )
+            if hasattr(store, "final"):
+                final = await store.final(sid)
+                expect(final == DONE, did=f"then final({sid!r})", expected=repr(DONE), got=final)
+
 
 ROUNDS = 40
 

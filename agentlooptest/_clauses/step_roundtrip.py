@@ -1,4 +1,4 @@
-"""Step clauses on round trips: every field of every step comes back as it was appended."""
+"""``step.roundtrip.*``: every ``RunStep`` field survives ``append`` / ``last_n`` exactly."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from agentlooptest._stores import Steps, open_steps
 
 if TYPE_CHECKING:
     from agentlooptest._harness import Harness
+
 
 _INT_FIELDS = ("step_index", "duration_ms", "prompt_tokens", "completion_tokens")
 

@@ -1,4 +1,4 @@
-"""Session clauses for the optional capabilities put, final and list_sessions."""
+"""``session.list.*``: the optional ``list_sessions`` orders, limits and describes sessions."""
 
 from __future__ import annotations
 
@@ -9,145 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from agentloop import FinalizeSummary, RunStatus, Session, SessionInfo
+from agentloop import FinalizeSummary, RunStatus, SessionInfo
 from agentlooptest._clause import Violation, clause, expect
-from agentlooptest._data import (
-    INT32_MAX,
-    INT64_MAX,
-    TEXTS,
-    json_equal,
-)
-from agentlooptest._sessions_core import DONE, expect_data, expect_exists
+from agentlooptest._clauses._shared import DONE
 from agentlooptest._stores import open_sessions
 
 if TYPE_CHECKING:
     from agentlooptest._harness import Harness
-
-
-def same_session(want: Session, got: object) -> bool:
-    return (
-        isinstance(got, Session)
-        and (got.id, got.model, got.system_prompt) == (want.id, want.model, want.system_prompt)
-        and json_equal(want.data, got.data)
-    )
-
-
-@clause(
-    "session.put.seeds-get",
-    "put seeds what get returns (model, system prompt, data) and makes the session exist",
-    capability="put",
-    why=(
-        "put is how an app configures a session before its first run; a field lost here "
-        "runs the agent with the wrong model or without its system prompt"
-    ),
-)
-async def _put(h: Harness) -> None:
-    async with open_sessions(h) as store:
-        seeded = [
-            Session("a", "model-a", "You are terse.\n\n", '{"seed": 1}'),
-            Session("b", "", "", None),
-            Session("c", "m/ü-🧪", TEXTS[8] + "\n", "null"),
-        ]
-        for session in seeded:
-            await store.put(session)
-            got = await store.get(session.id)
-            expect(
-                same_session(session, got),
-                did=f"put({session!r:.120}), then get",
-                expected=repr(session),
-                got=got,
-            )
-            await expect_exists(store, session.id, True, f"put({session.id!r}), then exists")
-        # Long values: a column sized for the common case (VARCHAR(64), 64 KiB) clips them.
-        prompt = "".join(f"Rule {i:07d}: be precise.\n" for i in range(2**20 // 26 + 1))[: 2**20]
-        big = Session("big", "provider/" + "m" * 991, prompt, '{"seed": 2}')
-        await store.put(big)
-        got = await store.get("big")
-        expect(
-            same_session(big, got),
-            did="put(Session('big', <a 1,000-char model>, <a 1 MiB system prompt>)), then get",
-            expected="the same model (1,000 chars) and system prompt (1 MiB), exactly",
-            got=f"model of {len(got.model)} chars, system prompt of {len(got.system_prompt)} chars"
-            if isinstance(got, Session)
-            else got,
-        )
-        replaced = Session("a", "model-b", "Another prompt.", None)
-        await store.put(replaced)
-        got = await store.get("a")
-        expect(
-            same_session(replaced, got),
-            did="put a second Session for 'a', then get('a')",
-            expected=repr(replaced),
-            got=got,
-        )
-
-
-@clause(
-    "session.put.update-keeps-settings",
-    "update_data and finalize after put keep the model and system prompt",
-    capability="put",
-    why=(
-        "every run writes data and finalizes: a store that rewrites the whole session row "
-        "there drops the configured model and system prompt after the first run"
-    ),
-)
-async def _update_keeps(h: Harness) -> None:
-    async with open_sessions(h) as store:
-        await store.put(Session("s", "model-s", "Be precise.", '{"v": 0}'))
-        await store.update_data("s", '{"v": 1}')
-        await store.finalize("s", DONE)
-        want = Session("s", "model-s", "Be precise.", '{"v": 1}')
-        got = await store.get("s")
-        expect(
-            same_session(want, got),
-            did="put(Session('s', 'model-s', 'Be precise.', ...)), update_data, finalize, get",
-            expected=repr(want),
-            got=got,
-        )
-
-
-@clause(
-    "session.final.latest",
-    "final returns the latest finalize field by field; None before any (creating nothing)",
-    capability="final",
-    why=(
-        "final is how apps and evals read how the last run ended; a stale or clipped "
-        "summary misreports status, tokens and cost"
-    ),
-)
-async def _final(h: Harness) -> None:
-    async with open_sessions(h) as store:
-        got = await store.final("never")
-        expect(got is None, did="final('never') on an unknown session", expected="None", got=got)
-        await expect_exists(store, "never", False, "final('never'), then exists('never')")
-        await store.update_data("s", '{"d": 1}')
-        got = await store.final("s")
-        expect(
-            got is None,
-            did="update_data('s', ...) without finalize, then final('s')",
-            expected="None",
-            got=got,
-        )
-        summaries = [
-            FinalizeSummary(status, k, 2 * k, 3 * k, 4 * k, 5 * k)
-            for k, status in enumerate(RunStatus)
-        ]
-        summaries.append(FinalizeSummary(RunStatus.completed, 0, 0, 0, 0, 0))
-        summaries.append(
-            FinalizeSummary(
-                RunStatus.budget_exhausted, INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX, INT64_MAX
-            )
-        )
-        for summary in summaries:
-            await store.finalize("s", summary)
-            got = await store.final("s")
-            expect(
-                got == summary,
-                did=f"finalize('s', {summary!r}), then final('s')",
-                expected=repr(summary),
-                got=got,
-            )
-        await expect_data(store, "s", '{"d": 1}', "after those finalizes, get('s')")
 
 
 async def _listed(store: Any, limit: int = 100) -> list[SessionInfo]:

@@ -1,0 +1,135 @@
+"""``step.cancel.*``: a cancelled call has wholly happened or not at all."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from agentloop import RunStep
+from agentlooptest._cancel import Points, cancel_at, still_usable
+from agentlooptest._clause import clause, expect
+from agentlooptest._data import describe, mismatch, same_steps, step
+from agentlooptest._stores import Steps, open_steps
+
+if TYPE_CHECKING:
+    from agentlooptest._harness import Harness
+
+
+async def _after_cancel(s: Steps, sid: str, before: list[RunStep], extra: RunStep) -> None:
+    """The store still takes an append after a cancelled call, and returns it last."""
+    await still_usable(f"append to {sid!r}", lambda: s.store.append(extra))
+    got = await still_usable(f"last_n({sid!r}, 100)", lambda: s.last_n(sid, 100))
+    expect(
+        same_steps([*before, extra], got),
+        did=f"appended to {sid!r} after a cancelled call, then last_n",
+        expected=describe([*before, extra]),
+        got=describe(got),
+        why="a store left inconsistent by one cancelled call corrupts every later run",
+    )
+
+
+@clause(
+    "step.cancel.append",
+    "append cancelled at each checkpoint: the step is wholly there or wholly absent",
+    why=(
+        "the loop is cancelled routinely (timeouts, user aborts); a half-written step "
+        "replays as a corrupt turn, and a lost lock wedges the store"
+    ),
+)
+async def _cancel_append(h: Harness) -> None:
+    async with open_steps(h) as s:
+        # The first append to a session often takes another path (it creates the row).
+        for first in (True, False):
+            points = Points()
+            for point in points:
+                sid = f"cancel-{'first' if first else 'append'}-{point}"
+                before = [] if first else [step(sid, 0)]
+                await s.ensure(sid)
+                await s.append_all(before)
+                new = step(
+                    sid, len(before), content="the step being cancelled", tool_args='{"k": [1, 2]}'
+                )
+                done = await cancel_at(partial(s.store.append, new), point)
+                points.finished(done)
+                got = await still_usable(f"last_n({sid!r}, 10)", partial(s.last_n, sid, 10))
+                what = "the first step" if first else "a step"
+                did = f"appended {what} to {sid!r}, cancelled after {point} checkpoint(s), "
+                did += "then last_n"
+                if done:
+                    expect(
+                        same_steps([*before, new], got),
+                        did=did + " (the append returned)",
+                        expected=describe([*before, new]),
+                        got=mismatch([*before, new], got),
+                    )
+                else:
+                    expect(
+                        same_steps(before, got) or same_steps([*before, new], got),
+                        did=did,
+                        expected=f"either {describe(before)} or {describe([*before, new])}, whole",
+                        got=mismatch([*before, new], got),
+                    )
+                await _after_cancel(s, sid, got, step(sid, 2, content="after the cancel"))
+
+
+async def _cancel_read(
+    s: Steps, what: str, read: Callable[[], Awaitable[Any]], want: list[RunStep]
+) -> None:
+    points = Points()
+    for point in points:
+        points.finished(await cancel_at(read, point))
+        got = await still_usable(f"{what} again", read)
+        expect(
+            same_steps(want, got),
+            did=f"cancelled {what} after {point} checkpoint(s), then called it again",
+            expected=describe(want),
+            got=describe(got),
+        )
+
+
+@clause(
+    "step.cancel.reads",
+    "last_n cancelled at each checkpoint leaves the store unchanged and usable",
+    why=(
+        "reads are cancelled as often as writes; a read that leaks a lock or a connection "
+        "when cancelled wedges every later run"
+    ),
+)
+async def _cancel_reads(h: Harness) -> None:
+    async with open_steps(h) as s:
+        sent = [step("r", k) for k in range(5)]
+        await s.append_all(sent)
+        await _cancel_read(s, "last_n('r', 3)", lambda: s.last_n("r", 3), sent[-3:])
+        if hasattr(s.store, "all"):
+            await _cancel_read(s, "all('r')", lambda: s.store.all("r"), sent)
+        await _after_cancel(s, "r", sent, step("r", 9))
+
+
+@clause(
+    "step.cancel.delete",
+    "delete_session cancelled at each checkpoint: the steps are all there or all gone",
+    capability="delete_session",
+    why=(
+        "an erasure cut short must not leave a trace with holes: a half-deleted history "
+        "replays as a conversation that never happened"
+    ),
+)
+async def _cancel_delete(h: Harness) -> None:
+    async with open_steps(h) as s:
+        points = Points()
+        for point in points:
+            sid = f"cancel-delete-{point}"
+            sent = [step(sid, k) for k in range(5)]
+            await s.append_all(sent)
+            done = await cancel_at(partial(s.store.delete_session, sid), point)
+            points.finished(done)
+            got = await still_usable(f"last_n({sid!r}, 10)", partial(s.last_n, sid, 10))
+            expect(
+                got == [] if done else (got == [] or same_steps(sent, got)),
+                did=f"delete_session({sid!r}) on 5 steps, cancelled after {point} checkpoint(s), "
+                "then last_n",
+                expected="[]" if done else f"[] or all of {describe(sent)}",
+                got=describe(got),
+            )
+            await _after_cancel(s, sid, got, step(sid, 9, content="after the cancel"))

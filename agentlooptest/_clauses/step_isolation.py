@@ -1,0 +1,37 @@
+"""``step.isolation``: one session's steps never appear in another's."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agentlooptest._clause import clause, expect
+from agentlooptest._data import describe, same_steps, steps
+from agentlooptest._stores import open_steps
+
+if TYPE_CHECKING:
+    from agentlooptest._harness import Harness
+
+
+@clause(
+    "step.isolation",
+    "steps of one session never appear in another's, prefixes included",
+    why=(
+        "sessions are separate users and conversations: a leak feeds one user's history "
+        "into another's model context"
+    ),
+)
+async def _isolation(h: Harness) -> None:
+    async with open_steps(h) as s:
+        ids = ("a", "ab", "a/b", "b", "a.", "conversation-1", "conversation-2")
+        sent = {sid: steps(sid, 3, start=10 * k) for k, sid in enumerate(ids)}
+        for k in range(3):
+            for sid in ids:
+                await s.append(sent[sid][k])
+        for sid in ids:
+            got = await s.last_n(sid, 10)
+            expect(
+                same_steps(sent[sid], got),
+                did=f"appended 3 steps to each of sessions {list(ids)}, then last_n({sid!r}, 10)",
+                expected=f"only that session's steps: {describe(sent[sid])}",
+                got=describe(got),
+            )

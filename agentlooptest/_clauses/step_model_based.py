@@ -1,0 +1,31 @@
+"""``step.model-based``: random programs of step-store calls match a model.
+
+The state machine lives in :mod:`agentlooptest._clauses._machines`, imported
+only when the clause runs: hypothesis is a heavy import, and its trio plugin
+loads pytest.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import trio
+
+from agentlooptest._clause import clause
+
+if TYPE_CHECKING:
+    from agentlooptest._harness import Harness
+
+
+@clause(
+    "step.model-based",
+    "random append / last_n / all / delete_session programs match a model",
+    why=(
+        "the loop's history is whatever these calls return over a session's life; any "
+        "divergence from the model is history the model is shown wrongly"
+    ),
+)
+async def _step_model(h: Harness) -> None:
+    from agentlooptest._clauses import _machines  # imported late: see the module docstring
+
+    await trio.to_thread.run_sync(_machines.run_machine, _machines.StepMachine, h)
