@@ -38,7 +38,7 @@ def pg_dsn() -> str:
     dsn = os.environ.get(DSN_VARIABLE, "")
     if dsn:
         return dsn
-    if _inside_trio():
+    if trio.lowlevel.in_trio_run():
         raise RuntimeError(
             "pg_dsn() would skip inside a trio run, where pytest loses the reason: "
             "take the postgres_dsn or sql_target fixture instead"
@@ -46,14 +46,6 @@ def pg_dsn() -> str:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{DSN_VARIABLE} is unset but CI=true: the PostgreSQL tests must run in CI")
     pytest.skip(f"PostgreSQL tests need {DSN_VARIABLE} (e.g. postgresql://postgres@127.0.0.1/test)")
-
-
-def _inside_trio() -> bool:
-    try:
-        trio.lowlevel.current_task()
-    except RuntimeError:
-        return False
-    return True
 
 
 @attrs.frozen
