@@ -1,16 +1,15 @@
 """The public API both SQL stores share: argument checks, then one backend call each.
 
 A backend supplies an :class:`Ops` (one synchronous function per operation,
-run against a driver connection) and ``_run``, which executes such a function
-off the trio thread with all-or-nothing cancellation.
+run against a driver connection) and the :class:`~agentloopsql._worker.Workers`
+that run each call's typed work (``_jobs``) off the trio thread.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, overload
 
 from agentloop import (
     FinalizeSummary,
@@ -22,6 +21,15 @@ from agentloop import (
     validate_session_id,
 )
 from agentloop._validate import preview
+from agentloopsql._jobs import (
+    AnyWork,
+    Append,
+    AppendRow,
+    IdempotentWrite,
+    KeyedWrite,
+    Read,
+)
+from agentloopsql._worker import Workers
 
 if TYPE_CHECKING:
     from typing import Self
@@ -64,29 +72,38 @@ class Ops(Protocol[ConnT_contra]):
 class SqlStoreBase(Generic[ConnT]):
     """Both protocols and every optional capability over one SQL backend.
 
-    Every method validates its arguments on the trio thread (``TypeError``,
-    ``ValueError``; nothing is sent), then runs one transaction off it.
+    Every method checks its arguments on the trio thread (``TypeError``,
+    ``ValueError``: nothing is sent), then queues one call to the store's
+    worker threads, which runs it as one transaction off the trio thread.
+    The rules below hold for every method; each store's class docstring says
+    only how it meets them and what it adds.
+
+    **Cancellation handling**: all-or-nothing. A call cancelled while it is
+    still queued raises ``trio.Cancelled`` and did nothing. Once a worker has
+    taken it, the caller waits for the worker (a worker is never abandoned
+    mid-write): the call either did nothing and raises ``trio.Cancelled``, or
+    happened whole and returns normally, the cancellation then delivered at
+    the caller's next checkpoint. Which of the two a taken call gets is the
+    store's to say.
+
+    **Outcome unknown**: a write that raises ``StoreUnavailableError`` did not
+    happen, unless the message says the outcome is unknown. Only ``append``
+    and ``finalize`` can be unknown, and only on a store whose connection can
+    be lost mid-call; they carry a random key so a retry never applies them
+    twice. The other writes are idempotent and may simply be retried.
     """
 
     _ops: Ops[ConnT]
+    _workers: Workers[ConnT]
     _closed: bool
 
-    async def _run(
-        self,
-        fn: Callable[[ConnT], R],
-        *,
-        write: bool,
-        landed: Callable[[ConnT], bool] | None = None,
-        item: object = None,
-    ) -> R:
-        """Run ``fn`` as one transaction off the trio thread.
-
-        ``landed`` (for non-idempotent writes) tells, on a fresh connection,
-        whether an attempt whose outcome was lost with its connection committed.
-        ``item`` is what a backend may batch instead of calling ``fn`` (the
-        ``(step, key)`` of an append).
-        """
-        raise NotImplementedError
+    @overload
+    async def _run(self, work: Read[ConnT, R] | IdempotentWrite[ConnT, R]) -> R: ...
+    @overload
+    async def _run(self, work: KeyedWrite[ConnT] | Append[ConnT]) -> None: ...
+    async def _run(self, work: AnyWork[ConnT]) -> object:
+        """Queue ``work`` for the worker threads and return its result."""
+        return await self._workers.call(work)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -112,25 +129,26 @@ class SqlStoreBase(Generic[ConnT]):
     async def append(self, step: RunStep) -> None:
         """Append ``step`` after every step of its session that was appended before.
 
-        Committed when it returns (see the class docstring for what survives what).
+        Committed when it returns (each store's class docstring says what that survives).
 
         Raises:
             TypeError: ``step`` is not a ``RunStep``.
             StoreClosedError: the store was closed.
-            StoreUnavailableError: the backend failed; the step was not stored (unless
-                the message says the outcome is unknown: see the class docstring).
+            StoreUnavailableError: the backend failed; the step was not stored, unless
+                the message says the outcome is unknown.
 
-        **Cancellation handling**: all-or-nothing, as described on the class.
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStoreBase`).
         """
         if not isinstance(step, RunStep):
             raise TypeError(f"step must be a RunStep, got {preview(step)}")
         key = new_key()
         ops = self._ops
         await self._run(
-            lambda conn: ops.append(conn, step, key),
-            write=True,
-            landed=lambda conn: ops.append_landed(conn, step.session_id, key),
-            item=(step, key),
+            Append(
+                rows=(AppendRow(step, key),),
+                run=lambda conn: ops.append(conn, step, key),
+                committed=lambda conn: ops.append_landed(conn, step.session_id, key),
+            )
         )
 
     async def last_n(self, session_id: str, n: int) -> list[RunStep]:
@@ -144,13 +162,13 @@ class SqlStoreBase(Generic[ConnT]):
             StoreClosedError: the store was closed.
             StoreUnavailableError: the backend failed.
 
-        **Cancellation handling**: all-or-nothing, as described on the class.
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStoreBase`).
         """
         validate_n(n)
         validate_session_id(session_id)
         window = min(n, _MAX_WINDOW)
         ops = self._ops
-        return await self._run(lambda conn: ops.last_n(conn, session_id, window), write=False)
+        return await self._run(Read(lambda conn: ops.last_n(conn, session_id, window)))
 
     async def all(self, session_id: str) -> list[RunStep]:
         """Every step of the session in insertion order; ``[]`` for an unknown session.
@@ -159,11 +177,11 @@ class SqlStoreBase(Generic[ConnT]):
             StoreClosedError: the store was closed.
             StoreUnavailableError: the backend failed.
 
-        **Cancellation handling**: all-or-nothing, as described on the class.
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStoreBase`).
         """
         validate_session_id(session_id)
         ops = self._ops
-        return await self._run(lambda conn: ops.all(conn, session_id), write=False)
+        return await self._run(Read(lambda conn: ops.all(conn, session_id)))
 
     # -- SessionStore ------------------------------------------------------
 
@@ -175,11 +193,11 @@ class SqlStoreBase(Generic[ConnT]):
             StoreClosedError: the store was closed.
             StoreUnavailableError: the backend failed.
 
-        **Cancellation handling**: all-or-nothing, as described on the class.
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStoreBase`).
         """
         validate_session_id(session_id)
         ops = self._ops
-        found = await self._run(lambda conn: ops.get(conn, session_id), write=False)
+        found = await self._run(Read(lambda conn: ops.get(conn, session_id)))
         return found if found is not None else Session(id=session_id)
 
     async def exists(self, session_id: str) -> bool:
@@ -191,11 +209,11 @@ class SqlStoreBase(Generic[ConnT]):
             StoreClosedError: the store was closed.
             StoreUnavailableError: the backend failed.
 
-        **Cancellation handling**: all-or-nothing, as described on the class.
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStoreBase`).
         """
         validate_session_id(session_id)
         ops = self._ops
-        return await self._run(lambda conn: ops.exists(conn, session_id), write=False)
+        return await self._run(Read(lambda conn: ops.exists(conn, session_id)))
 
     async def update_data(self, session_id: str, snapshot: str | None) -> None:
         """Replace the session's data with ``snapshot`` (JSON text, or ``None`` to clear it).
@@ -206,7 +224,7 @@ class SqlStoreBase(Generic[ConnT]):
             StoreClosedError: the store was closed.
             StoreUnavailableError: the backend failed; nothing was written.
 
-        **Cancellation handling**: all-or-nothing, as described on the class.
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStoreBase`).
         """
         validate_session_id(session_id)
         if snapshot is not None and not isinstance(snapshot, str):
@@ -214,7 +232,7 @@ class SqlStoreBase(Generic[ConnT]):
         self._check_open()
         Session(session_id, data=snapshot)  # validates the JSON, naming the field "data"
         ops = self._ops
-        await self._run(lambda conn: ops.update_data(conn, session_id, snapshot), write=True)
+        await self._run(IdempotentWrite(lambda conn: ops.update_data(conn, session_id, snapshot)))
 
     async def finalize(self, session_id: str, summary: FinalizeSummary) -> None:
         """Record ``summary`` as the session's latest run; the data snapshot is kept.
@@ -222,9 +240,10 @@ class SqlStoreBase(Generic[ConnT]):
         Raises:
             TypeError: ``summary`` is not a ``FinalizeSummary``.
             StoreClosedError: the store was closed.
-            StoreUnavailableError: the backend failed; nothing was written.
+            StoreUnavailableError: the backend failed; nothing was written, unless the
+                message says the outcome is unknown.
 
-        **Cancellation handling**: all-or-nothing, as described on the class.
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStoreBase`).
         """
         validate_session_id(session_id)
         if not isinstance(summary, FinalizeSummary):
@@ -232,9 +251,10 @@ class SqlStoreBase(Generic[ConnT]):
         key = new_key()
         ops = self._ops
         await self._run(
-            lambda conn: ops.finalize(conn, session_id, summary, key),
-            write=True,
-            landed=lambda conn: ops.finalize_landed(conn, session_id, key),
+            KeyedWrite(
+                run=lambda conn: ops.finalize(conn, session_id, summary, key),
+                committed=lambda conn: ops.finalize_landed(conn, session_id, key),
+            )
         )
 
     # -- optional capabilities ---------------------------------------------
@@ -247,12 +267,12 @@ class SqlStoreBase(Generic[ConnT]):
             StoreClosedError: the store was closed.
             StoreUnavailableError: the backend failed; nothing was written.
 
-        **Cancellation handling**: all-or-nothing, as described on the class.
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStoreBase`).
         """
         if not isinstance(session, Session):
             raise TypeError(f"session must be a Session, got {preview(session)}")
         ops = self._ops
-        await self._run(lambda conn: ops.put(conn, session), write=True)
+        await self._run(IdempotentWrite(lambda conn: ops.put(conn, session)))
 
     async def final(self, session_id: str) -> FinalizeSummary | None:
         """The latest ``finalize`` summary, or ``None`` if the session never finalized.
@@ -261,11 +281,11 @@ class SqlStoreBase(Generic[ConnT]):
             StoreClosedError: the store was closed.
             StoreUnavailableError: the backend failed.
 
-        **Cancellation handling**: all-or-nothing, as described on the class.
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStoreBase`).
         """
         validate_session_id(session_id)
         ops = self._ops
-        return await self._run(lambda conn: ops.final(conn, session_id), write=False)
+        return await self._run(Read(lambda conn: ops.final(conn, session_id)))
 
     async def list_sessions(self, *, limit: int = 100) -> list[SessionInfo]:
         """At most ``limit`` sessions, the most recently written first.
@@ -278,12 +298,12 @@ class SqlStoreBase(Generic[ConnT]):
             StoreClosedError: the store was closed.
             StoreUnavailableError: the backend failed.
 
-        **Cancellation handling**: all-or-nothing, as described on the class.
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStoreBase`).
         """
         validate_n(limit, "limit")
         window = min(limit, _MAX_WINDOW)
         ops = self._ops
-        return await self._run(lambda conn: ops.list_sessions(conn, window), write=False)
+        return await self._run(Read(lambda conn: ops.list_sessions(conn, window)))
 
     async def delete_session(self, session_id: str) -> bool:
         """Drop the session, its steps and its summaries in one transaction.
@@ -294,8 +314,8 @@ class SqlStoreBase(Generic[ConnT]):
             StoreClosedError: the store was closed.
             StoreUnavailableError: the backend failed; nothing was deleted.
 
-        **Cancellation handling**: all-or-nothing, as described on the class.
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStoreBase`).
         """
         validate_session_id(session_id)
         ops = self._ops
-        return await self._run(lambda conn: ops.delete_session(conn, session_id), write=True)
+        return await self._run(IdempotentWrite(lambda conn: ops.delete_session(conn, session_id)))

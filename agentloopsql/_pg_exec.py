@@ -26,19 +26,21 @@ import contextlib
 import threading
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import outcome
 import psycopg
 import psycopg_pool
 
 from agentloop import RunStep, StoreError, StoreUnavailableError
+from agentloopsql._jobs import AnyWork, Append, IdempotentWrite, KeyedWrite, Read
 from agentloopsql._worker import Interrupted, Job, dead_worker_error
 
 if TYPE_CHECKING:
     from agentloopsql._pg_ops import PgOps
 
     Conn = psycopg.Connection[Any]
+    PgJob = Job[Conn]
 
 R = TypeVar("R")
 
@@ -61,7 +63,7 @@ class _Running:
 
     __slots__ = ("cancelling", "conn", "done", "interruptible", "jobs")
 
-    def __init__(self, jobs: list[Job[Any]]) -> None:
+    def __init__(self, jobs: list[PgJob]) -> None:
         self.jobs = jobs
         self.conn: Conn | None = None  # set while the first attempt runs a statement
         self.interruptible = True  # False once a retry begins: the outcome could be unknown
@@ -93,7 +95,7 @@ class PgExecutor:
         self._lock = threading.Lock()
         self._running: dict[int, _Running] = {}  # id(job) -> its batch, while it runs
 
-    def interrupt(self, job: Job[Any]) -> None:
+    def interrupt(self, job: PgJob) -> None:
         with self._lock:
             job.cancel_requested = True
             run = self._running.get(id(job))
@@ -106,8 +108,8 @@ class PgExecutor:
             )
             run.cancelling.start()
 
-    def batchable(self, job: Job[Any]) -> bool:
-        return job.item is not None
+    def batchable(self, job: PgJob) -> bool:
+        return isinstance(job.work, Append)
 
     def connect(self) -> None:
         return None  # connections are borrowed from the pool per job
@@ -118,7 +120,7 @@ class PgExecutor:
     def dead_error(self, exc: BaseException) -> StoreError:
         return dead_worker_error("PostgresStore", exc)
 
-    def run_batch(self, conn: None, jobs: list[Job[Any]]) -> None:
+    def run_batch(self, conn: None, jobs: list[PgJob]) -> None:
         run = _Running(jobs)
         with self._lock:
             for job in jobs:
@@ -130,19 +132,17 @@ class PgExecutor:
                 for job in jobs:
                     del self._running[id(job)]
 
-    def _run_batch(self, run: _Running, jobs: list[Job[Any]]) -> None:
+    def _run_batch(self, run: _Running, jobs: list[PgJob]) -> None:
         if len(jobs) == 1:
-            job = jobs[0]
-            job.result = outcome.capture(self.call, job.fn, job.landed, run)
+            jobs[0].result = outcome.capture(self._call_alone, jobs[0].work, run)
             return
-        items = cast("list[tuple[RunStep, int]]", [job.item for job in jobs])
+        # batchable() lets only appends share a batch.
+        appends = [job.work for job in jobs if isinstance(job.work, Append)]
+        assert len(appends) == len(jobs)
+        rows: list[tuple[RunStep, int]] = [row for append in appends for row in append.rows]
         ops = self._ops
-        first_step, first_key = items[0]
         result = outcome.capture(
-            self.call,
-            lambda c: ops.append_many(c, items),
-            lambda c: ops.append_landed(c, first_step.session_id, first_key),
-            run,
+            self.call_once, lambda c: ops.append_many(c, rows), appends[0].committed, run
         )
         if isinstance(result, outcome.Value):
             for job in jobs:
@@ -156,15 +156,22 @@ class PgExecutor:
                 job.result = outcome.Error(StoreUnavailableError(str(error), error.cause))
         else:  # a row the server refused: isolate it, let the others commit
             for job in jobs:
-                job.result = outcome.capture(self.call, job.fn, job.landed)
+                job.result = outcome.capture(self._call_alone, job.work)
 
-    def call(
-        self,
-        fn: Callable[[Conn], R],
-        landed: Callable[[Conn], bool] | None,
-        run: _Running | None = None,
-    ) -> R:
-        """Run ``fn`` on a pooled connection, retrying once if the connection is lost.
+    def _call_alone(self, work: AnyWork[Conn], run: _Running | None = None) -> object:
+        """Run one call's ``work`` the way its kind allows."""
+        if isinstance(work, Read | IdempotentWrite):
+            return self.call(work.run, run)
+        if isinstance(work, KeyedWrite) or len(work.rows) == 1:
+            self.call_once(work.run, work.committed, run)
+            return None
+        # Autocommit: several rows are all-or-nothing only as one statement.
+        ops, rows = self._ops, list[tuple[RunStep, int]](work.rows)
+        self.call_once(lambda c: ops.append_many(c, rows), work.committed, run)
+        return None
+
+    def call(self, fn: Callable[[Conn], R], run: _Running | None = None) -> R:
+        """Run ``fn`` (safe to repeat) on a pooled connection; once more if the connection is lost.
 
         Raises:
             Interrupted: every caller of ``run`` was cancelled and ``fn`` did not happen.
@@ -175,30 +182,56 @@ class PgExecutor:
             return self._once(fn, run)
         except _Lost:
             pass
-        if run is not None:
-            with self._lock:
-                run.interruptible = False
+        self._settling(run)
         try:
-            self._pool.check()  # drop every other connection the same event killed
-            if landed is not None and self._once(landed):
-                return cast("R", None)  # the lost attempt committed: done
             return self._once(fn)
         except _Lost as lost:
             cause = lost.cause
-        if landed is not None:  # did the retry itself commit before its connection died?
-            try:
-                if self._once(landed):
-                    return cast("R", None)
-            except _Lost:
-                raise StoreUnavailableError(
-                    f"PostgreSQL connection lost three times; the write may have committed: "
-                    f"{cause}",
-                    cause,
-                ) from cause
-            raise StoreUnavailableError(
-                f"PostgreSQL connection lost twice; nothing was written: {cause}", cause
-            ) from cause
         raise StoreUnavailableError(f"PostgreSQL connection lost twice: {cause}", cause) from cause
+
+    def call_once(
+        self,
+        fn: Callable[[Conn], None],
+        committed: Callable[[Conn], bool],
+        run: _Running | None = None,
+    ) -> None:
+        """Run the write ``fn`` once: after a lost connection, ``committed`` says if it landed.
+
+        Raises:
+            Interrupted: every caller of ``run`` was cancelled and ``fn`` did not happen.
+            StoreUnavailableError: no connection, or it was lost on the retry too (the
+                message says whether the write may have committed).
+            StoreError: the server refused the statement.
+        """
+        try:
+            return self._once(fn, run)
+        except _Lost:
+            pass
+        self._settling(run)
+        try:
+            if not self._once(committed):  # the lost attempt did not commit: try again
+                self._once(fn)
+            return None
+        except _Lost as lost:
+            cause = lost.cause
+        try:  # did the retry itself commit before its connection died?
+            if self._once(committed):
+                return None
+        except _Lost:
+            raise StoreUnavailableError(
+                f"PostgreSQL connection lost three times; the write may have committed: {cause}",
+                cause,
+            ) from cause
+        raise StoreUnavailableError(
+            f"PostgreSQL connection lost twice; nothing was written: {cause}", cause
+        ) from cause
+
+    def _settling(self, run: _Running | None) -> None:
+        """A first attempt's connection was lost: its outcome is being settled, then retried."""
+        if run is not None:
+            with self._lock:
+                run.interruptible = False
+        self._pool.check()  # drop every other connection the same event killed
 
     def _once(self, fn: Callable[[Conn], R], run: _Running | None = None) -> R:
         conn = None

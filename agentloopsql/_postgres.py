@@ -7,9 +7,8 @@ psycopg is imported lazily: ``import agentloopsql`` works without it, and
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -25,8 +24,6 @@ if TYPE_CHECKING:
     from agentloopsql._pg_ops import PgOps
 
     Conn = psycopg.Connection[Any]
-
-R = TypeVar("R")
 
 _MISSING = "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'agentloop[postgres]'"
 
@@ -61,27 +58,21 @@ class PostgresStore(SqlStoreBase["Conn"]):
 
     **Connection loss** (a server restart, ``pg_terminate_backend``, a network
     drop): the pool's idle connections are checked and the call is retried
-    once on a fresh connection. A write whose outcome was lost with its
-    connection is never blindly repeated: ``append`` and ``finalize`` carry a
-    random key and first look whether the lost attempt committed; ``put``,
-    ``update_data`` and ``delete_session`` are idempotent (a retried
-    ``delete_session`` may report ``False`` for what the lost attempt deleted).
-    If the retry fails too, the call raises ``StoreUnavailableError``: an
-    ``append`` or ``finalize`` then did not happen (its key says so) unless
-    the message says the outcome is unknown (the connection was lost a third
-    time, checking); the idempotent calls may be retried. Nothing is lost
-    silently.
+    once on a fresh connection. ``append`` and ``finalize`` first look, by
+    their random key, whether the lost attempt committed, so neither is ever
+    applied twice. If the retry fails too, the call raises
+    ``StoreUnavailableError``; an ``append`` or ``finalize`` is then "outcome
+    unknown" only if the connection was lost a third time while checking (a
+    retried ``delete_session`` may report ``False`` for what the lost attempt
+    deleted). Nothing is lost silently.
 
-    **Cancellation handling**: a call cancelled while still queued for a
-    worker raises ``trio.Cancelled`` and did nothing. Once a worker has taken
-    it, the server is asked to cancel its statement (for batched appends,
-    only once every caller in the batch is cancelled), and the caller waits
-    for the worker: if the server cancelled it, the statement rolled back and
-    the call raises ``trio.Cancelled`` having done nothing; if it had already
-    committed, the call returns normally and the cancellation is delivered at
-    the caller's next checkpoint. A call being retried after a lost
-    connection is not cancelled on the server (its first attempt's outcome is
-    still being settled). The thread is never abandoned.
+    **Cancellation handling** (the rule is :class:`SqlStoreBase`'s): once a
+    worker has taken a call, the server is asked to cancel its statement
+    (for batched appends, only once every caller in the batch is cancelled).
+    A statement the server cancelled rolled back, so the call raises
+    ``trio.Cancelled``; one that had already committed returns normally. A
+    call being retried after a lost connection is not cancelled on the server
+    (its first attempt's outcome is still being settled).
     """
 
     def __init__(
@@ -93,7 +84,7 @@ class PostgresStore(SqlStoreBase["Conn"]):
         self._pool = pool
         self._ops = ops
         self._schema = schema
-        self._workers: Workers[None] = Workers(PgExecutor(pool, ops), size, "PostgresStore")
+        self._workers: Workers[Conn] = Workers(PgExecutor(pool, ops), size, "PostgresStore")
         self._closed = False
 
     @classmethod
@@ -169,16 +160,6 @@ class PostgresStore(SqlStoreBase["Conn"]):
     def schema(self) -> str:
         """The PostgreSQL schema holding this store's tables."""
         return self._schema
-
-    async def _run(
-        self,
-        fn: Callable[[Conn], R],
-        *,
-        write: bool,
-        landed: Callable[[Conn], bool] | None = None,
-        item: object = None,
-    ) -> R:
-        return await self._workers.call(fn, write=write, landed=landed, item=item)
 
     async def aclose(self) -> None:
         """Wait for calls under way, then close every pooled connection; idempotent.

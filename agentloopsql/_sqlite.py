@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 from agentloop import FinalizeSummary, RunStep, Session, SessionInfo
 from agentloop._validate import check_seconds, preview
 from agentloopsql import _codec
 from agentloopsql._base import SqlStoreBase
+from agentloopsql._jobs import Read
 from agentloopsql._sqlite_exec import SqliteExecutor
 from agentloopsql._sqlite_schema import SYNCHRONOUS, connect
 from agentloopsql._worker import Workers
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-R = TypeVar("R")
 
 _STEP_COLUMNS = (
     "session_id, step_index, step_type, content, tool_args, "
@@ -178,12 +174,11 @@ class SqliteStore(SqlStoreBase[sqlite3.Connection]):
 
     Use the store from trio, in the run that opened it or later ones.
 
-    **Cancellation handling**: a call cancelled before the connection thread
-    has taken it raises ``trio.Cancelled`` and did nothing. Once taken, the
-    call always runs to its end (its transaction commits or rolls back whole)
-    and returns normally; the cancellation is delivered at the caller's next
-    checkpoint. The thread is never abandoned mid-write, so a store stays
-    usable after any cancellation.
+    SQLite never loses its connection mid-call, so no outcome is ever unknown.
+
+    **Cancellation handling** (the rule is :class:`SqlStoreBase`'s): once the
+    connection thread has taken a call, it always runs to its end (its
+    transaction commits or rolls back whole) and returns normally.
     """
 
     _ops = _OPS
@@ -232,7 +227,7 @@ class SqliteStore(SqlStoreBase[sqlite3.Connection]):
         executor = SqliteExecutor(lambda: connect(name, mode, timeout))
         workers = Workers(executor, 1, "SqliteStore")
         try:
-            await workers.call(_ready, write=False)
+            await workers.call(Read(_ready))
         except BaseException:
             await workers.close()
             raise
@@ -242,16 +237,6 @@ class SqliteStore(SqlStoreBase[sqlite3.Connection]):
     def path(self) -> str:
         """The database file (or ``":memory:"``) this store was opened on."""
         return self._path
-
-    async def _run(
-        self,
-        fn: Callable[[sqlite3.Connection], R],
-        *,
-        write: bool,
-        landed: Callable[[sqlite3.Connection], bool] | None = None,
-        item: object = None,
-    ) -> R:
-        return await self._workers.call(fn, write=write)
 
     async def aclose(self) -> None:
         """Finish every call already started, then close the connection; idempotent.

@@ -7,6 +7,10 @@ sixteen. If any job of a shared transaction fails, the transaction is rolled
 back and each job reruns in a transaction of its own, so one failure never
 takes the others with it. Batches that only read run in autocommit and take
 no write lock.
+
+Every kind of work runs the same way here (its ``run``, inside the
+transaction): SQLite never loses its connection mid-call, so no kind's
+``committed`` check is needed, and a taken job is never interrupted.
 """
 
 from __future__ import annotations
@@ -19,7 +23,10 @@ from typing import Any
 import outcome
 
 from agentloop import StoreError, StoreUnavailableError
+from agentloopsql._jobs import writes
 from agentloopsql._worker import Job, dead_worker_error
+
+SqliteJob = Job[sqlite3.Connection]
 
 
 def unavailable(exc: BaseException) -> StoreUnavailableError:
@@ -27,9 +34,9 @@ def unavailable(exc: BaseException) -> StoreUnavailableError:
     return StoreUnavailableError(f"SQLite failed: {exc}", exc)
 
 
-def _capture(job: Job[Any], conn: sqlite3.Connection) -> outcome.Outcome[Any]:
+def _capture(job: SqliteJob, conn: sqlite3.Connection) -> outcome.Outcome[Any]:
     try:
-        return outcome.Value(job.fn(conn))
+        return outcome.Value(job.work.run(conn))
     except sqlite3.Error as exc:
         return outcome.Error(unavailable(exc))
     except Exception as exc:
@@ -50,7 +57,7 @@ class SqliteExecutor:
     def __init__(self, connect: Callable[[], sqlite3.Connection]) -> None:
         self._connect = connect
 
-    def batchable(self, job: Job[Any]) -> bool:
+    def batchable(self, job: SqliteJob) -> bool:
         return True
 
     def connect(self) -> sqlite3.Connection:
@@ -59,7 +66,7 @@ class SqliteExecutor:
     def disconnect(self, conn: sqlite3.Connection) -> None:
         conn.close()
 
-    def interrupt(self, job: Job[Any]) -> None:
+    def interrupt(self, job: SqliteJob) -> None:
         return None  # a taken job runs to its end (its batch shares one transaction)
 
     def dead_error(self, exc: BaseException) -> StoreError:
@@ -67,19 +74,19 @@ class SqliteExecutor:
             return unavailable(exc)
         return dead_worker_error("SqliteStore", exc)
 
-    def run_batch(self, conn: sqlite3.Connection, jobs: list[Job[Any]]) -> None:
-        if not any(job.write for job in jobs):
+    def run_batch(self, conn: sqlite3.Connection, jobs: list[SqliteJob]) -> None:
+        if not any(writes(job.work) for job in jobs):
             for job in jobs:
                 job.result = _capture(job, conn)
         elif not self._run_shared(conn, jobs):
             for job in jobs:
-                if job.write:
+                if writes(job.work):
                     self._run_shared(conn, [job], alone=True)
                 else:
                     job.result = _capture(job, conn)
 
     def _run_shared(
-        self, conn: sqlite3.Connection, jobs: list[Job[Any]], alone: bool = False
+        self, conn: sqlite3.Connection, jobs: list[SqliteJob], alone: bool = False
     ) -> bool:
         """Run ``jobs`` in one transaction; ``False`` if it was rolled back and must be split."""
         try:

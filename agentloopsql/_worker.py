@@ -1,6 +1,6 @@
 """Worker threads that run a store's jobs off the trio thread, in batches.
 
-Trio tasks queue jobs (synchronous functions of a driver connection) and
+Trio tasks queue jobs (typed work, see ``_jobs``, run on a driver connection) and
 sleep without a thread hop of their own. A worker thread that wakes takes the
 job at the head of the queue and, when the executor allows it, every other
 queued job that can share its batch; the executor runs the batch (as one
@@ -21,73 +21,55 @@ from __future__ import annotations
 import collections
 import contextlib
 import threading
-from collections.abc import Callable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 import outcome
 import trio
 
 from agentloop import StoreClosedError, StoreError, StoreUnavailableError
+from agentloopsql._jobs import AnyWork, Append, IdempotentWrite, KeyedWrite, Read
 
 R = TypeVar("R")
 ConnT = TypeVar("ConnT")
+StateT = TypeVar("StateT")
 
 
 class Interrupted(Exception):
     """An executor's result for a taken job it stopped, on request, before it took effect."""
 
 
-class Job(Generic[R]):
-    """One queued call: ``fn`` and what the executor may need to batch or recover it."""
+class Job(Generic[ConnT]):
+    """One queued call: its typed :data:`~agentloopsql._jobs.Work` and how to answer its caller."""
 
-    __slots__ = (
-        "cancel_requested",
-        "fn",
-        "item",
-        "landed",
-        "result",
-        "taken",
-        "task",
-        "token",
-        "write",
-    )
+    __slots__ = ("cancel_requested", "result", "taken", "task", "token", "work")
 
-    def __init__(
-        self,
-        fn: Callable[[Any], R],
-        write: bool,
-        landed: Callable[[Any], bool] | None,
-        item: object,
-    ) -> None:
-        self.fn = fn
-        self.write = write
-        self.landed = landed
-        self.item = item
+    def __init__(self, work: AnyWork[ConnT]) -> None:
+        self.work = work
         self.task = trio.lowlevel.current_task()
         self.token = trio.lowlevel.current_trio_token()
         self.taken = False
         self.cancel_requested = False  # the executor's to set, under its own lock
-        self.result: outcome.Outcome[R] | None = None
+        self.result: outcome.Outcome[Any] | None = None
 
 
-class Executor(Protocol[ConnT]):
+class Executor(Protocol[StateT, ConnT]):
     """How one backend opens per-thread state and runs a batch of jobs."""
 
     max_batch: int
 
-    def batchable(self, job: Job[Any]) -> bool:
+    def batchable(self, job: Job[ConnT]) -> bool:
         """Whether ``job`` may share a batch with other batchable jobs."""
         ...
 
-    def connect(self) -> ConnT:
-        """Per-thread state (a connection), made in the worker thread."""
+    def connect(self) -> StateT:
+        """Per-thread state (a connection, or nothing), made in the worker thread."""
         ...
 
-    def run_batch(self, conn: ConnT, jobs: list[Job[Any]]) -> None:
+    def run_batch(self, state: StateT, jobs: list[Job[ConnT]]) -> None:
         """Run ``jobs`` and set every ``job.result``; must not raise."""
         ...
 
-    def disconnect(self, conn: ConnT) -> None:
+    def disconnect(self, state: StateT) -> None:
         """Release what :meth:`connect` made."""
         ...
 
@@ -95,7 +77,7 @@ class Executor(Protocol[ConnT]):
         """The error callers get once ``exc`` killed a worker (or its connect)."""
         ...
 
-    def interrupt(self, job: Job[Any]) -> None:
+    def interrupt(self, job: Job[ConnT]) -> None:
         """``job``'s caller was cancelled after a worker took it; called on the trio thread.
 
         Must not block. The executor may stop the job and set its result to
@@ -112,13 +94,16 @@ def _deliver(jobs: list[Job[Any]]) -> None:
 
 
 class Workers(Generic[ConnT]):
-    """``threads`` daemon threads serving one queue; see the module docstring."""
+    """``threads`` daemon threads serving one queue; see the module docstring.
 
-    def __init__(self, executor: Executor[ConnT], threads: int, owner: str) -> None:
+    ``ConnT`` is the connection a job's work runs on.
+    """
+
+    def __init__(self, executor: Executor[Any, ConnT], threads: int, owner: str) -> None:
         self._executor = executor
         self._owner = owner
         self._cond = threading.Condition(threading.Lock())
-        self._queue: collections.deque[Job[Any]] = collections.deque()
+        self._queue: collections.deque[Job[ConnT]] = collections.deque()
         self._closing = False
         self._dead: BaseException | None = None
         self._threads = [
@@ -128,24 +113,21 @@ class Workers(Generic[ConnT]):
         for thread in self._threads:
             thread.start()
 
-    async def call(
-        self,
-        fn: Callable[[Any], R],
-        *,
-        write: bool,
-        landed: Callable[[Any], bool] | None = None,
-        item: object = None,
-    ) -> R:
-        """Run ``fn(conn)`` on a worker thread and return its result.
+    @overload
+    async def call(self, work: Read[ConnT, R] | IdempotentWrite[ConnT, R]) -> R: ...
+    @overload
+    async def call(self, work: KeyedWrite[ConnT] | Append[ConnT]) -> None: ...
+    async def call(self, work: AnyWork[ConnT]) -> Any:
+        """Run ``work`` on a worker thread and return its result.
 
-        What ``conn`` is, and what ``landed`` and ``item`` mean, is the executor's business.
+        How it runs (alone or batched, retried or not) is the executor's business.
 
         Raises:
             StoreClosedError: the store is closing or closed.
             StoreError: whatever the executor reports for the job.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        job: Job[R] = Job(fn, write, landed, item)
+        job = Job(work)
         with self._cond:
             if self._closing:
                 raise StoreClosedError(f"{self._owner} is closed")
@@ -166,7 +148,7 @@ class Workers(Generic[ConnT]):
 
         try:
             # trio unwraps the outcome the worker hands back: a value, or the raise.
-            result: R = await trio.lowlevel.wait_task_rescheduled(abort)
+            result = await trio.lowlevel.wait_task_rescheduled(abort)
         except Interrupted:
             pass
         else:
@@ -190,7 +172,7 @@ class Workers(Generic[ConnT]):
 
     # -- the threads -------------------------------------------------------
 
-    def _take(self) -> list[Job[Any]] | None:
+    def _take(self) -> list[Job[ConnT]] | None:
         """The next batch, or ``None`` once closing with nothing left; waits for work."""
         executor = self._executor
         with self._cond:
@@ -201,7 +183,7 @@ class Workers(Generic[ConnT]):
             head = self._queue.popleft()
             batch = [head]
             if executor.batchable(head) and self._queue:
-                rest: collections.deque[Job[Any]] = collections.deque()
+                rest: collections.deque[Job[ConnT]] = collections.deque()
                 while self._queue:
                     job = self._queue.popleft()
                     if len(batch) < executor.max_batch and executor.batchable(job):
@@ -215,15 +197,15 @@ class Workers(Generic[ConnT]):
 
     def _main(self) -> None:
         try:
-            conn = self._executor.connect()
+            state = self._executor.connect()
         except BaseException as exc:
             self._die(exc)
             return
-        running: list[Job[Any]] = []
+        running: list[Job[ConnT]] = []
         try:
             while (batch := self._take()) is not None:
                 running = batch
-                self._executor.run_batch(conn, batch)
+                self._executor.run_batch(state, batch)
                 running = []
                 self._hand_back(batch)
         except BaseException as exc:  # a bug here must not leave callers asleep forever
@@ -233,7 +215,7 @@ class Workers(Generic[ConnT]):
             self._hand_back(running)
             self._die(exc)  # every caller gets the error, with exc as its cause
         finally:
-            self._executor.disconnect(conn)
+            self._executor.disconnect(state)
 
     def _die(self, exc: BaseException) -> None:
         with self._cond:
@@ -250,8 +232,8 @@ class Workers(Generic[ConnT]):
             job.result = outcome.Error(self._executor.dead_error(exc))
         self._hand_back(orphans)
 
-    def _hand_back(self, jobs: list[Job[Any]]) -> None:
-        by_token: dict[trio.lowlevel.TrioToken, list[Job[Any]]] = {}
+    def _hand_back(self, jobs: list[Job[ConnT]]) -> None:
+        by_token: dict[trio.lowlevel.TrioToken, list[Job[ConnT]]] = {}
         for job in jobs:
             by_token.setdefault(job.token, []).append(job)
         for token, mine in by_token.items():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import attrs
@@ -30,13 +29,6 @@ class Row:
 def best_of(repeats: int, fn: Callable[[], float]) -> float:
     """The smallest of ``repeats`` measurements: the least disturbed by the rest of the machine."""
     return min(fn() for _ in range(repeats))
-
-
-def per_op_us(ops: int, fn: Callable[[], None]) -> float:
-    """Microseconds per op of ``fn``, which performs ``ops`` operations."""
-    start = time.perf_counter()
-    fn()
-    return (time.perf_counter() - start) / ops * 1e6
 
 
 def render(rows: list[Row]) -> str:

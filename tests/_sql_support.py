@@ -1,4 +1,9 @@
-"""Shared fixtures' building blocks for the SQL store tests (not a test module)."""
+"""Shared fixtures and building blocks for the SQL store tests (not a test module).
+
+A PostgreSQL test that cannot run is skipped from a sync fixture
+(``sql_target``, ``postgres_dsn``): a skip raised inside a trio test or async
+fixture reaches pytest without its reason.
+"""
 
 from __future__ import annotations
 
@@ -10,24 +15,59 @@ from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 import trio.testing
 
 from agentloop import RunStep
 from agentloopsql import PostgresStore, SqliteStore
+from agentloopsql._jobs import Read
 
 DSN_VARIABLE = "AGENTLOOP_PG_DSN"
 
 
 def pg_dsn() -> str:
-    """The PostgreSQL DSN; skips (or fails under ``CI=true``) when unset."""
+    """The PostgreSQL DSN; skips (or fails under ``CI=true``) when unset.
+
+    Call it from sync code only (a sync fixture or test).
+
+    Raises:
+        RuntimeError: it would skip inside a trio run, where the reason is lost.
+    """
     dsn = os.environ.get(DSN_VARIABLE, "")
     if dsn:
         return dsn
+    if trio.lowlevel.in_trio_run():
+        raise RuntimeError(
+            "pg_dsn() would skip inside a trio run, where pytest loses the reason: "
+            "take the postgres_dsn or sql_target fixture instead"
+        )
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{DSN_VARIABLE} is unset but CI=true: the PostgreSQL tests must run in CI")
     pytest.skip(f"PostgreSQL tests need {DSN_VARIABLE} (e.g. postgresql://postgres@127.0.0.1/test)")
+
+
+@attrs.frozen
+class SqlTarget:
+    """Which SQL store a test opens: ``kind`` is ``"sqlite"`` or ``"postgres"`` (with its DSN)."""
+
+    kind: str
+    dsn: str | None = None
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def sql_target(request: pytest.FixtureRequest) -> SqlTarget:
+    """Each SQL store in turn; sync, so a PostgreSQL skip shows its reason."""
+    if request.param == "sqlite":
+        return SqlTarget("sqlite")
+    return SqlTarget("postgres", pg_dsn())
+
+
+@pytest.fixture
+def postgres_dsn() -> str:
+    """The PostgreSQL DSN; sync, so a skip shows its reason."""
+    return pg_dsn()
 
 
 def new_schema_name() -> str:
@@ -56,14 +96,14 @@ async def fresh_schema(dsn: str) -> AsyncIterator[str]:
 
 @asynccontextmanager
 async def open_sql_store(
-    kind: str, path: Path, *, pool_size: int
+    target: SqlTarget, path: Path, *, pool_size: int
 ) -> AsyncIterator[SqliteStore | PostgresStore]:
-    """A fresh ``SqliteStore`` at ``path`` or ``PostgresStore`` in its own schema, by ``kind``."""
-    if kind == "sqlite":
+    """A fresh ``SqliteStore`` at ``path`` or ``PostgresStore`` in its own schema."""
+    if target.dsn is None:
         async with await SqliteStore.open(str(path)) as lite:
             yield lite
         return
-    dsn = pg_dsn()
+    dsn = target.dsn
     async with (
         fresh_schema(dsn) as schema,
         await PostgresStore.open(dsn, schema=schema, pool_size=pool_size) as pg,
@@ -81,7 +121,7 @@ async def occupy_worker(
         started.set()
         gate.wait()
 
-    nursery.start_soon(partial(store._run, hold, write=False))
+    nursery.start_soon(partial(store._run, Read(hold)))
     await trio.to_thread.run_sync(started.wait)
 
 

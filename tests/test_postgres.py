@@ -39,6 +39,7 @@ from agentloop import (
     SupportsPut,
 )
 from agentloopsql import PostgresStore
+from agentloopsql._jobs import IdempotentWrite, KeyedWrite
 
 
 @pytest.fixture
@@ -325,9 +326,7 @@ class TestConnectionLoss:
             ops.append(conn, the_step, 42)
             conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
 
-        await pg._run(
-            append_then_die, write=True, landed=lambda conn: ops.append_landed(conn, "s", 42)
-        )
+        await pg._run(KeyedWrite(append_then_die, lambda conn: ops.append_landed(conn, "s", 42)))
         assert [s.content for s in await pg.all("s")] == ["once"]
 
     async def test_lost_finalize_retry_counts_once(
@@ -351,9 +350,7 @@ class TestConnectionLoss:
             conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
 
         await pg._run(
-            finalize_overtaken_then_die,
-            write=True,
-            landed=lambda conn: ops.finalize_landed(conn, "s", 42),
+            KeyedWrite(finalize_overtaken_then_die, lambda conn: ops.finalize_landed(conn, "s", 42))
         )
         [info] = await pg.list_sessions()
         assert info.step_count == 6
@@ -369,7 +366,7 @@ class TestConnectionLoss:
             for _ in range(2):
                 ops.finalize(conn, "s", FinalizeSummary("completed", step_count=4), 7)
 
-        await store._run(twice, write=True)
+        await store._run(IdempotentWrite(twice))
         [info] = await store.list_sessions()
         assert info.step_count == 4
         assert await store.delete_session("s")
@@ -385,10 +382,10 @@ class TestConnectionLoss:
         with pytest.raises(
             StoreUnavailableError, match=r"^PostgreSQL connection lost twice"
         ) as info:
-            await pg._run(die, write=True)
+            await pg._run(IdempotentWrite(die))
         assert info.value.__cause__ is not None
         with pytest.raises(StoreUnavailableError, match=r"lost twice; nothing was written"):
-            await pg._run(die, write=True, landed=lambda conn: False)
+            await pg._run(KeyedWrite(die, lambda conn: False))
         await pg.append(step("s", 0))  # and the store is still usable
         assert len(await pg.all("s")) == 1
 
@@ -470,7 +467,7 @@ class TestCancellation:
 
         async def call() -> None:
             with scope:
-                results.append(await store._run(append_then_wait, write=True))
+                results.append(await store._run(IdempotentWrite(append_then_wait)))
                 await trio.lowlevel.checkpoint()
                 results.append("not cancelled")
 

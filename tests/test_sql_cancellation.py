@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from _sql_support import open_sql_store
+from _sql_support import SqlTarget, open_sql_store
 
 from agentloop import RunStep
 from agentloopsql import PostgresStore, SqliteStore
@@ -16,9 +16,9 @@ from agentloopsql import PostgresStore, SqliteStore
 Store = SqliteStore | PostgresStore
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    async with open_sql_store(request.param, tmp_path / "cancel.db", pool_size=4) as opened:
+@pytest.fixture
+async def store(sql_target: SqlTarget, tmp_path: Path) -> AsyncIterator[Store]:
+    async with open_sql_store(sql_target, tmp_path / "cancel.db", pool_size=4) as opened:
         yield opened
 
 

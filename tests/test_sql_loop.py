@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from _sql_support import drop_schema, new_schema_name, pg_dsn
+from _sql_support import SqlTarget, drop_schema, new_schema_name
 
 from agentloop import (
     Loop,
@@ -30,11 +30,11 @@ async def remember_name(ctx: ToolContext, name: str) -> str:
     return f"remembered {name}"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture
 async def opener(
-    request: pytest.FixtureRequest, tmp_path: Path
+    sql_target: SqlTarget, tmp_path: Path
 ) -> AsyncIterator[Callable[[], Awaitable[Store]]]:
-    if request.param == "sqlite":
+    if sql_target.dsn is None:
         path = str(tmp_path / "loop.db")
 
         async def open_sqlite() -> Store:
@@ -42,7 +42,7 @@ async def opener(
 
         yield open_sqlite
         return
-    dsn = pg_dsn()
+    dsn = sql_target.dsn
     schema = new_schema_name()
 
     async def open_pg() -> Store:

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from _sql_support import open_sql_store
+from _sql_support import SqlTarget, open_sql_store
 
 from agentloop import FinalizeSummary, RunStep, Session
 from agentloopsql import PostgresStore, SqliteStore
@@ -26,9 +26,9 @@ ODD_IDS = [
 ]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    async with open_sql_store(request.param, tmp_path / "odd.db", pool_size=2) as opened:
+@pytest.fixture
+async def store(sql_target: SqlTarget, tmp_path: Path) -> AsyncIterator[Store]:
+    async with open_sql_store(sql_target, tmp_path / "odd.db", pool_size=2) as opened:
         yield opened
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from _sql_support import fresh_schema, pg_dsn
+from _sql_support import fresh_schema
 
 from agentloop import RunStep
 from agentloopsql import PostgresStore, SqliteStore
@@ -77,9 +77,9 @@ async def test_sqlite_survives_kill_9(tmp_path: Path, synchronous: str, rounds: 
             _check_trace([s.step_index for s in await store.all(session)], acked)
 
 
-async def test_postgres_survives_client_kill_9() -> None:
+async def test_postgres_survives_client_kill_9(postgres_dsn: str) -> None:
     """kill -9 of a PostgreSQL client mid-append: every acknowledged append is there, once."""
-    dsn = pg_dsn()
+    dsn = postgres_dsn
     rng = random.Random(SEED)
     async with fresh_schema(dsn) as schema:
         for round_ in range(5):
@@ -116,9 +116,9 @@ async def test_sqlite_four_processes_one_file(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
 
 
-async def test_postgres_four_processes_one_schema() -> None:
+async def test_postgres_four_processes_one_schema(postgres_dsn: str) -> None:
     """4 processes create one new schema and append to one session: nothing lost, order kept."""
-    dsn = pg_dsn()
+    dsn = postgres_dsn
     async with fresh_schema(dsn) as schema:
         await trio.to_thread.run_sync(_run_writers, "postgres", f"{dsn}:{schema}", 4, 150)
         async with await PostgresStore.open(dsn, schema=schema, pool_size=1) as store:

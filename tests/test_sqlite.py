@@ -29,6 +29,7 @@ from agentloop import (
     SupportsPut,
 )
 from agentloopsql import SqliteStore
+from agentloopsql._jobs import IdempotentWrite, Read
 from agentloopsql._sqlite_schema import SCHEMA_VERSION
 
 
@@ -79,7 +80,7 @@ class TestOpen:
                 SqliteStore.open(db) if asked is None else SqliteStore.open(db, synchronous=asked)
             )
             got = await store._run(
-                lambda conn: conn.execute("PRAGMA synchronous").fetchone()[0], write=False
+                Read(lambda conn: conn.execute("PRAGMA synchronous").fetchone()[0])
             )
             await store.aclose()
             assert got == level
@@ -227,12 +228,12 @@ class TestGroupCommit:
 
             async def run_broken() -> None:
                 try:
-                    await store._run(broken, write=True)
+                    await store._run(IdempotentWrite(broken))
                 except StoreUnavailableError as exc:
                     errors.append(exc)
 
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(partial(store._run, blocker, write=False))
+                nursery.start_soon(partial(store._run, Read(blocker)))
                 await trio.testing.wait_all_tasks_blocked()
                 nursery.start_soon(store.append, step("s", 0))
                 nursery.start_soon(run_broken)
@@ -275,7 +276,7 @@ class TestCancellation:
         async with await SqliteStore.open(db) as store:
             gate = threading.Event()
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(partial(store._run, lambda conn: gate.wait(), write=False))
+                nursery.start_soon(partial(store._run, Read(lambda conn: gate.wait())))
                 await trio.testing.wait_all_tasks_blocked()
                 with trio.move_on_after(0) as scope:
                     await store.append(step("s", 0))
@@ -302,7 +303,7 @@ class TestCancellation:
 
             async def call() -> None:
                 with scope:
-                    results.append(await store._run(slow_append, write=True))
+                    results.append(await store._run(IdempotentWrite(slow_append)))
                     await trio.lowlevel.checkpoint()  # the cancellation lands here
                     results.append("not cancelled")
 
