@@ -7,14 +7,12 @@ psycopg is imported lazily: ``import agentloopsql`` works without it, and
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
-from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
-from agentloop import StoreError, StoreUnavailableError
+from agentloop import StoreUnavailableError
 from agentloop._validate import preview
 from agentloopsql._base import SqlStoreBase
 from agentloopsql._worker import Workers
@@ -167,21 +165,23 @@ class PostgresStore(SqlStoreBase["Conn"]):
                 )
         timeout = float(pool_timeout)
         statement_ms = None if statement_timeout is None else round(statement_timeout * 1000)
-        pool = _new_pool(dsn, pool_size, timeout, statement_ms)
+        from agentloopsql import _pg_connect as connect
+
+        kwargs = connect.connection_kwargs(dsn)
+        name, ops = await connect.first_connection(dsn, kwargs, schema, statement_ms)
+        pool = connect.new_pool(dsn, kwargs, pool_size, timeout, statement_ms)
         try:
             pool.open(wait=False)  # only starts the pool's connecting threads
             with trio.move_on_after(timeout) as waiting:
-                await _wait_ready(pool, pool_size)
+                await connect.fill(pool, dsn, kwargs, pool_size)
             if waiting.cancelled_caught:
                 raise StoreUnavailableError(
                     f"could not connect to PostgreSQL: {pool_size} connection(s) not ready "
                     f"after {timeout} s (pool_timeout)"
                 )
-            name, ops = await trio.to_thread.run_sync(_start, pool, schema)
         except BaseException:
             with trio.CancelScope(shield=True):
-                # A pool thread stuck connecting is a daemon; don't wait on it long.
-                await trio.to_thread.run_sync(partial(pool.close, timeout=1.0))
+                await trio.to_thread.run_sync(connect.close_pool, pool, kwargs)
             raise
         return cls(pool, ops, name, pool_size)
 
@@ -215,68 +215,3 @@ class PostgresStore(SqlStoreBase["Conn"]):
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<PostgresStore schema={self._schema!r} ({state})>"
-
-
-def _new_pool(
-    dsn: str, size: int, timeout: float, statement_ms: int | None
-) -> psycopg_pool.ConnectionPool[Any]:
-    import psycopg
-    import psycopg_pool
-
-    try:
-        given = psycopg.conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError as exc:
-        raise ValueError(f"dsn is not a valid PostgreSQL connection string: {exc}") from None
-    kwargs: dict[str, Any] = {"autocommit": True}
-    if "application_name" not in given and not os.environ.get("PGAPPNAME"):
-        kwargs["application_name"] = "agentloopsql"
-    return psycopg_pool.ConnectionPool(
-        dsn,
-        min_size=size,
-        max_size=size,
-        kwargs=kwargs,
-        configure=partial(_configure, statement_ms=statement_ms),
-        open=False,
-        timeout=timeout,
-        name="agentloopsql",
-    )
-
-
-def _configure(conn: Conn, *, statement_ms: int | None) -> None:
-    conn.execute("SET TIME ZONE 'UTC'")
-    if statement_ms is not None:
-        conn.execute(f"SET statement_timeout = {statement_ms:d}")
-
-
-async def _wait_ready(pool: psycopg_pool.ConnectionPool[Any], size: int) -> None:
-    """Wait, cancellably, until the pool holds ``size`` idle connections.
-
-    Polled from trio rather than ``pool.wait()`` in a thread: that call cannot
-    be interrupted, so a cancelled open would sit out the whole ``pool_timeout``.
-    """
-    # The pool's own threads fill it and offer no trio-side wake-up: poll.
-    while pool.get_stats().get("pool_available", 0) < size:  # noqa: ASYNC110
-        await trio.sleep(0.005)
-
-
-def _start(pool: psycopg_pool.ConnectionPool[Any], schema: str | None) -> Any:
-    """Migrate on one of the open pool's connections; runs in a worker thread."""
-    import psycopg
-    import psycopg_pool
-
-    from agentloopsql._pg_ops import PgOps
-    from agentloopsql._pg_schema import migrate, validate_schema
-
-    try:
-        with pool.connection() as conn:
-            if schema is None:
-                row = conn.execute("SELECT current_schema()").fetchone()
-                if row is None or row[0] is None:
-                    raise StoreError("the connection has no current schema; pass schema=")
-                schema = validate_schema(row[0])
-            migrate(conn, schema)
-            return schema, PgOps(conn, schema)
-    except psycopg_pool.PoolTimeout as exc:
-        raise StoreUnavailableError(f"could not connect to PostgreSQL: {exc}", exc) from exc
-    except psycopg.Error as exc:
-        raise StoreUnavailableError(f"PostgreSQL refused to open the store: {exc}", exc) from exc
