@@ -118,18 +118,33 @@ class PostgresStore(SqlStoreBase["Conn"]):
         raises ``StoreUnavailableError`` and its statement rolled back. It
         bounds how long a call, and so ``aclose``, can wait on the server.
 
+        One connection is made first, directly, bounded by libpq's
+        ``connect_timeout`` (2 s per server address unless the DSN or
+        ``PGCONNECT_TIMEOUT`` sets it; it also bounds the pool's connections):
+        a refused, unknown, silent or refusing server fails the open within
+        that bound, naming the reason, with no pool started. It checks the
+        schema, read-only, before changing anything, and migrates it.
+
         Raises:
             ImportError: psycopg is not installed (``pip install 'agentloop[postgres]'``).
-            TypeError, ValueError: a bad ``dsn``, ``schema``, ``pool_size``, ``pool_timeout``
-                or ``statement_timeout``.
-            StoreError: the schema is newer than this version supports.
-            StoreUnavailableError: the server could not be reached or refused the migration.
+            TypeError, ValueError: a bad ``dsn``, ``schema`` (or a PostgreSQL system
+                schema), ``pool_size``, ``pool_timeout`` or ``statement_timeout``.
+            StoreError: a refusal retrying cannot fix: a missing database or role,
+                failed authentication, a schema that is newer, damaged (garbage
+                ``schema_version``) or holds tables of the store's names in another
+                shape (left untouched), a current schema that cannot hold a store,
+                or a migration the server refused (e.g. no ``CREATE`` privilege).
+                The driver's exception is the ``__cause__``.
+            StoreUnavailableError: the server could not be reached, did not answer
+                within ``connect_timeout``, had no free connection ("too many
+                clients"), or the pool did not fill within ``pool_timeout``;
+                ``cause`` is the driver's exception.
 
-        **Cancellation handling**: while it waits for connections, a cancelled
-        open closes the pool it started and raises ``trio.Cancelled`` promptly
-        (without waiting out ``pool_timeout``). Once the migration has started it
-        runs to its end (it commits or rolls back whole) before the cancellation
-        is delivered.
+        **Cancellation handling**: while connecting, a cancelled open raises
+        ``trio.Cancelled`` promptly (the abandoned connection attempt ends within
+        ``connect_timeout`` and closes what it opened); while the pool fills, it
+        closes the pool first. Once the migration has started it runs to its end
+        (it commits or rolls back whole) before the cancellation is delivered.
         """
         _import_driver()
         from agentloopsql._pg_schema import validate_schema
