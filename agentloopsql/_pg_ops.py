@@ -24,10 +24,12 @@ _STEP_COLUMNS = (
 _FINAL = ", ".join(_codec.FINAL_COLUMNS)
 
 _QUERIES = {
+    # A row whose (session_id, append_key) is already stored is the same append
+    # (a retry racing its lost attempt): skipped, so no append is stored twice.
     "append": (
         "INSERT INTO {s}.steps (session_id, step_index, step_type, content, content_nul, "
         "tool_args, duration_ms, prompt_tokens, completion_tokens, created_at, append_key) "
-        "VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s)"
+        "VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
     ),
     "append_landed": "SELECT 1 FROM {s}.steps WHERE session_id = %s AND append_key = %s LIMIT 1",
     "last_n": (
@@ -127,7 +129,9 @@ class PgOps:
         query = self._many.get(len(items))
         if query is None:
             head, _, row = self.q["append"].partition(" VALUES ")
-            query = self._many[len(items)] = f"{head} VALUES {', '.join([row] * len(items))}"
+            row, _, tail = row.partition(" ON CONFLICT ")
+            rows = ", ".join([row] * len(items))
+            query = self._many[len(items)] = f"{head} VALUES {rows} ON CONFLICT {tail}"
         conn.execute(query, [value for step, key in items for value in step_params(step, key)])
 
     def append_landed(self, conn: Conn, session_id: str, key: int) -> bool:

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
-from agentloop import StoreError
 from agentloop._validate import preview
+from agentloopsql._pg_shape import inspect, is_system_schema
 
 if TYPE_CHECKING:
     import psycopg
@@ -80,6 +80,18 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "INSERT INTO {s}.finalize_keys SELECT id, final_key FROM {s}.sessions "
         "WHERE final_key IS NOT NULL",
     ),
+    (
+        # A retried append (after its connection was lost on the client side
+        # only) may run while its lost attempt is still running on the server:
+        # a unique key makes the second insert of one append a no-op. Rows the
+        # old race already doubled are removed first, keeping the earliest. Key
+        # first, so the planner never mistakes it for the by-session index.
+        "LOCK TABLE {s}.steps IN SHARE ROW EXCLUSIVE MODE",
+        "DELETE FROM {s}.steps AS later USING {s}.steps AS earlier "
+        "WHERE later.session_id = earlier.session_id AND later.append_key = earlier.append_key "
+        "AND later.seq > earlier.seq",
+        "CREATE UNIQUE INDEX steps_append_once ON {s}.steps (append_key, session_id)",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -101,6 +113,8 @@ def validate_schema(name: object) -> str:
         )
     if name.startswith("pg_"):  # PostgreSQL refuses to create schemas with this prefix
         raise ValueError(f"schema must not start with 'pg_' (reserved by PostgreSQL), got {name!r}")
+    if is_system_schema(name):
+        raise ValueError(f"schema must not be a PostgreSQL system schema, got {name!r}")
     return name
 
 
@@ -115,59 +129,35 @@ def render(conn: psycopg.Connection[Any], schema: str, text: str) -> str:
     return sql.SQL(text).format(s=sql.Identifier(schema)).as_string(conn)
 
 
-def _current_version(conn: psycopg.Connection[Any], schema: str) -> int | None:
-    """The schema's recorded version, read without DDL or locks; ``None`` if unrecorded."""
-    table = render(conn, schema, "{s}.schema_version")
-    row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()
-    if row is None or not row[0]:
-        return None
-    row = conn.execute(render(conn, schema, "SELECT version FROM {s}.schema_version")).fetchone()
-    return None if row is None else int(row[0])
-
-
-def _check_not_newer(schema: str, version: int) -> None:
-    if version > SCHEMA_VERSION:
-        raise StoreError(
-            f"schema {schema!r} is version {version}, newer than this agentloopsql "
-            f"supports ({SCHEMA_VERSION}); upgrade agentloop"
-        )
-
-
 def migrate(conn: psycopg.Connection[Any], schema: str) -> None:
     """Create or upgrade ``schema`` to :data:`SCHEMA_VERSION` in one transaction.
 
-    A schema already at this version is only read (no DDL, no lock), so a
-    role with nothing but ``USAGE`` and table/sequence DML privileges can open
-    a migrated schema. Otherwise the migration holds a transaction-scoped
+    What is there is checked first, read-only: a schema holding tables of the
+    store's names in another shape, or a garbage ``schema_version``, is refused
+    unchanged. A schema already at this version is only read (no DDL, no lock),
+    so a role with nothing but ``USAGE`` and table/sequence DML privileges can
+    open a migrated schema. Otherwise the migration holds a transaction-scoped
     advisory lock keyed on the schema name, so of several processes opening
     at once one migrates and the others wait, then find the work done.
     Idempotent.
 
     Raises:
-        StoreError: the schema is newer than this version of agentloopsql.
+        StoreError: the schema is newer than this version of agentloopsql, or
+            foreign or damaged (see :func:`agentloopsql._pg_shape.inspect`).
         psycopg.Error: PostgreSQL refused; nothing was changed.
     """
-    version = _current_version(conn, schema)
-    if version is not None:
-        _check_not_newer(schema, version)
-        if version == SCHEMA_VERSION:
-            return
+    if inspect(conn, schema, SCHEMA_VERSION) == SCHEMA_VERSION:
+        return
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(schema),))
-        conn.execute(render(conn, schema, "CREATE SCHEMA IF NOT EXISTS {s}"))
-        conn.execute(
-            render(conn, schema, "CREATE TABLE IF NOT EXISTS {s}.schema_version (version integer)")
-        )
-        select = render(conn, schema, "SELECT version FROM {s}.schema_version")
-        row = conn.execute(select).fetchone()
-        if row is None:
-            conn.execute(render(conn, schema, "INSERT INTO {s}.schema_version VALUES (0)"))
-            version = 0
-        else:
-            version = int(row[0])
-        _check_not_newer(schema, version)
+        version = inspect(conn, schema, SCHEMA_VERSION)  # another process may have migrated
         if version == SCHEMA_VERSION:
             return
+        if version is None:
+            conn.execute(render(conn, schema, "CREATE SCHEMA IF NOT EXISTS {s}"))
+            conn.execute(render(conn, schema, "CREATE TABLE {s}.schema_version (version integer)"))
+            conn.execute(render(conn, schema, "INSERT INTO {s}.schema_version VALUES (0)"))
+            version = 0
         for statements in MIGRATIONS[version:]:
             for statement in statements:
                 conn.execute(render(conn, schema, statement))

@@ -6,13 +6,11 @@ psycopg is imported lazily: ``import agentloopsql`` works without it, and
 
 from __future__ import annotations
 
-import os
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import trio
 
-from agentloop import StoreError, StoreUnavailableError
+from agentloop import StoreUnavailableError
 from agentloop._validate import check_seconds, preview
 from agentloopsql._base import SqlStoreBase
 from agentloopsql._worker import Workers
@@ -110,18 +108,33 @@ class PostgresStore(SqlStoreBase["Conn"]):
         raises ``StoreUnavailableError`` and its statement rolled back. It
         bounds how long a call, and so ``aclose``, can wait on the server.
 
+        One connection is made first, directly, bounded by libpq's
+        ``connect_timeout`` (2 s per server address unless the DSN or
+        ``PGCONNECT_TIMEOUT`` sets it; it also bounds the pool's connections):
+        a refused, unknown, silent or refusing server fails the open within
+        that bound, naming the reason, with no pool started. It checks the
+        schema, read-only, before changing anything, and migrates it.
+
         Raises:
             ImportError: psycopg is not installed (``pip install 'agentloop[postgres]'``).
-            TypeError, ValueError: a bad ``dsn``, ``schema``, ``pool_size``, ``pool_timeout``
-                or ``statement_timeout``.
-            StoreError: the schema is newer than this version supports.
-            StoreUnavailableError: the server could not be reached or refused the migration.
+            TypeError, ValueError: a bad ``dsn``, ``schema`` (or a PostgreSQL system
+                schema), ``pool_size``, ``pool_timeout`` or ``statement_timeout``.
+            StoreError: a refusal retrying cannot fix: a missing database or role,
+                failed authentication, a schema that is newer, damaged (garbage
+                ``schema_version``) or holds tables of the store's names in another
+                shape (left untouched), a current schema that cannot hold a store,
+                or a migration the server refused (e.g. no ``CREATE`` privilege).
+                The driver's exception is the ``__cause__``.
+            StoreUnavailableError: the server could not be reached, did not answer
+                within ``connect_timeout``, had no free connection ("too many
+                clients"), or the pool did not fill within ``pool_timeout``;
+                ``cause`` is the driver's exception.
 
-        **Cancellation handling**: while it waits for connections, a cancelled
-        open closes the pool it started and raises ``trio.Cancelled`` promptly
-        (without waiting out ``pool_timeout``). Once the migration has started it
-        runs to its end (it commits or rolls back whole) before the cancellation
-        is delivered.
+        **Cancellation handling**: while connecting, a cancelled open raises
+        ``trio.Cancelled`` promptly (the abandoned connection attempt ends within
+        ``connect_timeout`` and closes what it opened); while the pool fills, it
+        closes the pool first. Once the migration has started it runs to its end
+        (it commits or rolls back whole) before the cancellation is delivered.
         """
         _import_driver()
         from agentloopsql._pg_schema import validate_schema
@@ -138,21 +151,23 @@ class PostgresStore(SqlStoreBase["Conn"]):
         if statement_timeout is not None:  # the server holds int ms, and 0 means "no limit"
             check_seconds(statement_timeout, "statement_timeout", minimum=0.001, none_allowed=True)
         statement_ms = None if statement_timeout is None else round(statement_timeout * 1000)
-        pool = _new_pool(dsn, pool_size, timeout, statement_ms)
+        from agentloopsql import _pg_connect as connect
+
+        kwargs = connect.connection_kwargs(dsn)
+        name, ops = await connect.first_connection(dsn, kwargs, schema, statement_ms)
+        pool = connect.new_pool(dsn, kwargs, pool_size, timeout, statement_ms)
         try:
             pool.open(wait=False)  # only starts the pool's connecting threads
             with trio.move_on_after(timeout) as waiting:
-                await _wait_ready(pool, pool_size)
+                await connect.fill(pool, dsn, kwargs, pool_size)
             if waiting.cancelled_caught:
                 raise StoreUnavailableError(
                     f"could not connect to PostgreSQL: {pool_size} connection(s) not ready "
                     f"after {timeout} s (pool_timeout)"
                 )
-            name, ops = await trio.to_thread.run_sync(_start, pool, schema)
         except BaseException:
             with trio.CancelScope(shield=True):
-                # A pool thread stuck connecting is a daemon; don't wait on it long.
-                await trio.to_thread.run_sync(partial(pool.close, timeout=1.0))
+                await trio.to_thread.run_sync(connect.close_pool, pool, kwargs)
             raise
         return cls(pool, ops, name, pool_size)
 
@@ -176,68 +191,3 @@ class PostgresStore(SqlStoreBase["Conn"]):
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<PostgresStore schema={self._schema!r} ({state})>"
-
-
-def _new_pool(
-    dsn: str, size: int, timeout: float, statement_ms: int | None
-) -> psycopg_pool.ConnectionPool[Any]:
-    import psycopg
-    import psycopg_pool
-
-    try:
-        given = psycopg.conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError as exc:
-        raise ValueError(f"dsn is not a valid PostgreSQL connection string: {exc}") from None
-    kwargs: dict[str, Any] = {"autocommit": True}
-    if "application_name" not in given and not os.environ.get("PGAPPNAME"):
-        kwargs["application_name"] = "agentloopsql"
-    return psycopg_pool.ConnectionPool(
-        dsn,
-        min_size=size,
-        max_size=size,
-        kwargs=kwargs,
-        configure=partial(_configure, statement_ms=statement_ms),
-        open=False,
-        timeout=timeout,
-        name="agentloopsql",
-    )
-
-
-def _configure(conn: Conn, *, statement_ms: int | None) -> None:
-    conn.execute("SET TIME ZONE 'UTC'")
-    if statement_ms is not None:
-        conn.execute(f"SET statement_timeout = {statement_ms:d}")
-
-
-async def _wait_ready(pool: psycopg_pool.ConnectionPool[Any], size: int) -> None:
-    """Wait, cancellably, until the pool holds ``size`` idle connections.
-
-    Polled from trio rather than ``pool.wait()`` in a thread: that call cannot
-    be interrupted, so a cancelled open would sit out the whole ``pool_timeout``.
-    """
-    # The pool's own threads fill it and offer no trio-side wake-up: poll.
-    while pool.get_stats().get("pool_available", 0) < size:  # noqa: ASYNC110
-        await trio.sleep(0.005)
-
-
-def _start(pool: psycopg_pool.ConnectionPool[Any], schema: str | None) -> Any:
-    """Migrate on one of the open pool's connections; runs in a worker thread."""
-    import psycopg
-    import psycopg_pool
-
-    from agentloopsql._pg_ops import PgOps
-    from agentloopsql._pg_schema import migrate, validate_schema
-
-    try:
-        with pool.connection() as conn:
-            if schema is None:
-                row = conn.execute("SELECT current_schema()").fetchone()
-                if row is None or row[0] is None:
-                    raise StoreError("the connection has no current schema; pass schema=")
-                schema = validate_schema(row[0])
-            migrate(conn, schema)
-            return schema, PgOps(conn, schema)
-    except psycopg_pool.PoolTimeout as exc:
-        raise StoreUnavailableError(f"could not connect to PostgreSQL: {exc}", exc) from exc
-    except psycopg.Error as exc:
-        raise StoreUnavailableError(f"PostgreSQL refused to open the store: {exc}", exc) from exc
