@@ -97,7 +97,7 @@ def open_error(path: str, exc: sqlite3.Error) -> StoreError:
     elif code.startswith("SQLITE_CORRUPT"):
         reason = f"it is damaged ({exc}); nothing was changed"
     else:
-        reason = path_problem(path) or str(exc)
+        reason = (path_problem(path) if path != ":memory:" else None) or str(exc)
     error = StoreError(f"cannot open {where}: {reason}")
     error.__cause__ = exc
     return error

@@ -117,7 +117,8 @@ def _inspect(conn: sqlite3.Connection, path: str, verify: bool) -> None:
         if verify:
             quick_check(conn, path)
     finally:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:  # some errors end the transaction themselves
+            conn.execute("ROLLBACK")
 
 
 def _setup(
