@@ -191,7 +191,12 @@ class SqliteStore(SqlStoreBase[sqlite3.Connection]):
 
     @classmethod
     async def open(
-        cls, path: str | os.PathLike[str], *, synchronous: str = "full", busy_timeout: float = 5.0
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "full",
+        busy_timeout: float = 5.0,
+        verify: bool = False,
     ) -> SqliteStore:
         """Open (creating if needed) the database at ``path`` and migrate it to this schema.
 
@@ -200,12 +205,30 @@ class SqliteStore(SqlStoreBase[sqlite3.Connection]):
         ``"normal"`` or ``"extra"``; see the class docstring. ``busy_timeout``
         is how long, in seconds, a write waits for another process's lock.
 
+        The file is read before anything in it changes: it must be empty, or
+        hold only other applications' tables, or be an agentloopsql database
+        whose ``user_version`` is a known schema version and whose tables of
+        ours have exactly that version's columns and indexes. Only then is it
+        switched to WAL and migrated; a refused file is left byte for byte as
+        it was. ``verify=True`` also runs ``PRAGMA quick_check`` first and
+        refuses a damaged file; it reads the whole file (about 1 ms per MB
+        from the OS page cache, plus the disk reads of a cold file; see the
+        README), so it is off by default.
+
         Raises:
-            TypeError: ``path`` is not a str or path; a bad ``synchronous``/``busy_timeout``.
+            TypeError: ``path`` is not a str or path; a bad
+                ``synchronous``/``busy_timeout``/``verify``.
             ValueError: ``path`` is empty; ``synchronous`` is not one of the choices above;
                 ``busy_timeout`` is not finite, > 0 and <= ``SECONDS_MAX`` (2**31 - 1 ms).
-            StoreError: the file's schema is newer than this version supports.
-            StoreUnavailableError: SQLite could not open or migrate the file.
+            StoreError: naming the path and the reason: its directory is
+                missing or may not be entered or written (SQLite needs it for
+                the ``-wal`` and ``-shm`` files); the path is a directory; the
+                file may not be read or written; it is not a SQLite database;
+                its tables or ``user_version`` are not agentloopsql's (or its
+                schema is newer than this version supports); ``verify`` found
+                damage.
+            StoreUnavailableError: SQLite failed in a way that may pass
+                (the file stayed locked past ``busy_timeout``, an I/O error).
 
         **Cancellation handling**: a cancelled open closes what it opened and
         raises ``trio.Cancelled``; a migration already under way finishes or
@@ -218,13 +241,15 @@ class SqliteStore(SqlStoreBase[sqlite3.Connection]):
             raise TypeError(f"path must name a file as str, got {preview(name)}")
         if not name:
             raise ValueError("path must name a file (or be ':memory:'), got ''")
+        if not isinstance(verify, bool):
+            raise TypeError(f"verify must be a bool, got {preview(verify)}")
         if not isinstance(synchronous, str):
             raise TypeError(f"synchronous must be a str, got {preview(synchronous)}")
         if synchronous.lower() not in SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {SYNCHRONOUS}, got {synchronous!r}")
         timeout = check_seconds(busy_timeout, "busy_timeout")  # SQLite holds int ms
         mode = synchronous.lower()
-        executor = SqliteExecutor(lambda: connect(name, mode, timeout))
+        executor = SqliteExecutor(lambda: connect(name, mode, timeout, verify))
         workers = Workers(executor, 1, "SqliteStore")
         try:
             await workers.call(Read(_ready))

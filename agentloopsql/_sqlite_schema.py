@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from typing import TYPE_CHECKING
 
 from agentloop import StoreError
+from agentloopsql._sqlite_inspect import check_schema, quick_check
+from agentloopsql._sqlite_paths import open_error, path_problem, show_path
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 # Each entry migrates from version i to i + 1; the schema version is the list's length.
 # Statements are executed one by one inside one transaction (``executescript`` would commit).
@@ -53,32 +59,23 @@ SCHEMA_VERSION = len(MIGRATIONS)
 SYNCHRONOUS = ("normal", "full", "extra")
 
 
-def _user_version(conn: sqlite3.Connection) -> int:
-    row = conn.execute("PRAGMA user_version").fetchone()
-    return int(row[0])
-
-
-def migrate(conn: sqlite3.Connection) -> None:
+def migrate(conn: sqlite3.Connection, path: str) -> None:
     """Bring the file to :data:`SCHEMA_VERSION`; idempotent and safe across processes.
 
-    The version is re-read under ``BEGIN IMMEDIATE`` (SQLite's write lock), so
-    of several processes opening a new file at once exactly one migrates and
-    the others find the work done.
+    The version and tables are re-checked under ``BEGIN IMMEDIATE`` (SQLite's
+    write lock), so of several processes opening a new file at once exactly
+    one migrates and the others find the work done.
 
     Raises:
-        StoreError: the file's schema is newer than this version of agentloopsql.
+        StoreError: the file is not agentloopsql's (see :func:`check_schema`),
+            or its schema is newer than this version of agentloopsql.
         sqlite3.Error: SQLite failed; nothing was changed.
     """
-    if _user_version(conn) == SCHEMA_VERSION:
+    if int(conn.execute("PRAGMA user_version").fetchone()[0]) == SCHEMA_VERSION:
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
-        version = _user_version(conn)
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"the database schema is version {version}, newer than this agentloopsql "
-                f"supports ({SCHEMA_VERSION}); upgrade agentloop"
-            )
+        version = check_schema(conn, path, MIGRATIONS)
         for statements in MIGRATIONS[version:]:
             for statement in statements:
                 conn.execute(statement)
@@ -91,19 +88,18 @@ def migrate(conn: sqlite3.Connection) -> None:
         raise
 
 
-def _enable_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
-    """Switch the file to WAL, waiting out other connections as ``busy_timeout`` allows.
+def _retrying_locked(action: Callable[[], object], busy_timeout: float) -> None:
+    """Run ``action``, retrying with a short backoff while SQLite says the file is locked.
 
-    Switching needs a moment of exclusive access, and SQLite answers "database
-    is locked" at once, without its busy handler, when another connection is
-    opening the same new file; so retry with a short backoff.
+    Some steps of opening (switching to WAL, reading a file another
+    connection is just opening) answer "database is locked" at once, without
+    SQLite's busy handler, so ``busy_timeout`` is honoured here.
     """
     deadline = time.monotonic() + busy_timeout
     pause = 0.001
     while True:
         try:
-            # ":memory:" answers "memory": there is no file to journal.
-            conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            action()
             return
         except sqlite3.OperationalError as exc:
             locked = "locked" in str(exc) or "busy" in str(exc)
@@ -113,17 +109,58 @@ def _enable_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
         pause = min(pause * 2, 0.05)
 
 
-def connect(path: str, synchronous: str, busy_timeout: float) -> sqlite3.Connection:
-    """Open ``path`` in autocommit mode with WAL and the given durability, then migrate.
+def _inspect(conn: sqlite3.Connection, path: str, verify: bool) -> None:
+    """Refuse a file that is not ours (or, with ``verify``, is damaged); only reads."""
+    conn.execute("BEGIN")  # one read snapshot for the version and the tables
+    try:
+        check_schema(conn, path, MIGRATIONS)
+        if verify:
+            quick_check(conn, path)
+    finally:
+        if conn.in_transaction:  # some errors end the transaction themselves
+            conn.execute("ROLLBACK")
 
-    ``synchronous`` must be one of :data:`SYNCHRONOUS` (checked by the caller).
+
+def _setup(
+    conn: sqlite3.Connection, path: str, synchronous: str, timeout: float, verify: bool
+) -> None:
+    # Before the first read: reading a WAL file creates its -wal and -shm files,
+    # which a connection that may not write would leave behind.
+    if path != ":memory:" and (problem := path_problem(path)) is not None:
+        raise StoreError(f"cannot open SQLite database {show_path(path)}: {problem}")
+    _retrying_locked(lambda: _inspect(conn, path, verify), timeout)
+    # Only now, with the file known to be ours (or new), may anything in it change.
+    # ":memory:" answers "memory" to WAL: there is no file to journal.
+    _retrying_locked(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone(), timeout)
+    conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+    migrate(conn, path)
+
+
+def connect(
+    path: str, synchronous: str, busy_timeout: float, verify: bool = False
+) -> sqlite3.Connection:
+    """Open ``path`` in autocommit mode, check it is ours, switch on WAL and migrate.
+
+    ``synchronous`` must be one of :data:`SYNCHRONOUS` (checked by the
+    caller). Nothing in the file changes before it is known to be an
+    agentloopsql database (or empty, or holding only other applications'
+    tables) and, with ``verify``, to pass ``PRAGMA quick_check``.
+
+    Raises:
+        StoreError: the path cannot be opened for reading and writing (the
+            message says why), or the file is not ours, damaged or too new.
+        StoreUnavailableError: SQLite failed in a way that may pass (locked, I/O).
     """
-    conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
+    try:
+        conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise open_error(path, exc) from exc
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000):d}")
-        _enable_wal(conn, busy_timeout)
-        conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
-        migrate(conn)
+        _setup(conn, path, synchronous, busy_timeout, verify)
+    except sqlite3.Error as exc:
+        conn.close()
+        raise open_error(path, exc) from exc
     except BaseException:
         conn.close()
         raise

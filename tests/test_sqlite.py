@@ -98,8 +98,8 @@ class TestOpen:
                 await SqliteStore.open(db, busy_timeout=bad)
 
     async def test_unopenable_file(self, tmp_path: Path) -> None:
-        """A path SQLite cannot open surfaces as StoreUnavailableError with the cause."""
-        with pytest.raises(StoreUnavailableError) as info:
+        """A path SQLite cannot open surfaces as StoreError (not 'retry later') with the cause."""
+        with pytest.raises(StoreError) as info:
             await SqliteStore.open(str(tmp_path / "missing-dir" / "x.db"))
         assert isinstance(info.value.__cause__, sqlite3.Error)
 
@@ -107,7 +107,7 @@ class TestOpen:
         """A file that is not SQLite is refused, not overwritten."""
         path = tmp_path / "junk.db"
         path.write_bytes(b"this is not a database" * 100)
-        with pytest.raises(StoreUnavailableError):
+        with pytest.raises(StoreError, match=r"it is not a SQLite database"):
             await SqliteStore.open(str(path))
         assert path.read_bytes().startswith(b"this is not a database")
 
