@@ -7,7 +7,7 @@ them at module load, so ``python -m bench`` runs without them.
 from __future__ import annotations
 
 import importlib
-import importlib.util
+import importlib.metadata
 from types import ModuleType
 
 import attrs
@@ -31,11 +31,17 @@ PEERS = (ADK, LANGGRAPH, OPENAI)
 
 
 def importable(peer: Peer) -> bool:
-    """Whether ``peer``'s module can be found (its top-level package installed)."""
+    """Whether ``peer``'s distribution is installed; asks the metadata, imports nothing."""
     try:
-        return importlib.util.find_spec(peer.module) is not None
-    except ModuleNotFoundError:  # a parent package is missing
+        importlib.metadata.version(peer.package)
+    except importlib.metadata.PackageNotFoundError:
         return False
+    return True
+
+
+def labelled(peer: Peer) -> str:
+    """``peer``'s label with the installed version of its package, as the table shows it."""
+    return f"{peer.label} ({peer.package} {importlib.metadata.version(peer.package)})"
 
 
 def missing(peers: tuple[Peer, ...] = PEERS) -> list[Peer]:

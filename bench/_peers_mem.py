@@ -55,6 +55,7 @@ class Handle:
 
     session: Any
     pending: Iterator[Any]
+    head: Any = None  # LangGraph: the config of the newest checkpoint, the next one's parent
 
 
 class Ours:
@@ -88,26 +89,26 @@ class Ours:
 class Adk:
     """ADK's ``InMemorySessionService``, run under asyncio."""
 
-    label = load.ADK.label
     run = staticmethod(run_asyncio)
     app, user = "bench", "bench-user"
 
     def __init__(self, sizes: Sizes) -> None:
-        sessions = load.load(load.ADK)
+        self.label = load.labelled(load.ADK)
+        self.service = load.load(load.ADK).InMemorySessionService()
         self.config = load.module("google.adk.sessions.base_session_service").GetSessionConfig(
             num_recent_events=WINDOW
         )
-        self.service = sessions.InMemorySessionService()
-        self.events = [self._event() for _ in range(sizes.big + sizes.ops)]
+        types, event = load.module("google.genai.types"), load.module("google.adk.events").Event
+        # Distinct events (each gets its own id): append_event drops a re-delivered one.
+        self.events = [
+            event(
+                author="user",
+                invocation_id="bench",
+                content=types.Content(role="user", parts=[types.Part(text=CONTENT)]),
+            )
+            for _ in range(sizes.big + sizes.ops)
+        ]
         self.big = sizes.big
-
-    @staticmethod
-    def _event() -> Any:
-        types = load.module("google.genai.types")
-        content = types.Content(role="user", parts=[types.Part(text=CONTENT)])
-        return load.module("google.adk.events").Event(
-            author="user", invocation_id="bench", content=content
-        )
 
     async def session(self, history: int) -> Handle:
         sid = new_session_id()
@@ -132,13 +133,12 @@ class Adk:
 class LangGraph:
     """LangGraph's ``InMemorySaver``, one checkpoint per step, run under asyncio."""
 
-    label = load.LANGGRAPH.label
     run = staticmethod(run_asyncio)
 
     def __init__(self, sizes: Sizes) -> None:
-        memory = load.load(load.LANGGRAPH)
+        self.label = load.labelled(load.LANGGRAPH)
         self.base = load.module("langgraph.checkpoint.base")
-        self.saver = memory.InMemorySaver()
+        self.saver = load.load(load.LANGGRAPH).InMemorySaver()
         # Built in order: checkpoint ids are time-ordered, fillers before appends.
         self.checkpoints = [self._checkpoint(i) for i in range(sizes.big + sizes.ops)]
         self.big = sizes.big
@@ -152,18 +152,16 @@ class LangGraph:
 
     async def session(self, history: int) -> Handle:
         thread = {"configurable": {"thread_id": new_session_id(), "checkpoint_ns": ""}}
-        handle = Handle(thread, iter(self.checkpoints[self.big :]))
+        handle = Handle(thread, iter(self.checkpoints[self.big :]), head=thread)
         for checkpoint in self.checkpoints[:history]:
-            handle.session = await self.saver.aput(handle.session, *checkpoint)
-        handle.session = {"head": handle.session, "thread": thread}
+            handle.head = await self.saver.aput(handle.head, *checkpoint)
         return handle
 
     async def append(self, handle: Handle) -> None:
-        head = await self.saver.aput(handle.session["head"], *next(handle.pending))
-        handle.session["head"] = head
+        handle.head = await self.saver.aput(handle.head, *next(handle.pending))
 
     async def read(self, handle: Handle) -> object:
-        return [item async for item in self.saver.alist(handle.session["thread"], limit=WINDOW)]
+        return [item async for item in self.saver.alist(handle.session, limit=WINDOW)]
 
 
 Subject = Ours | Adk | LangGraph

@@ -113,7 +113,7 @@ def _read_rows(directory: str, sizes: Sizes) -> list[Row]:
             peer.close()
     name = f"sqlite newest-20 read @{sizes.history:,}"
     growth = f"sqlite newest-20 read {sizes.big:,} vs {sizes.small:,}"
-    label = f"{load.OPENAI.label} get_items(limit=20), WAL, file"
+    label = load.labelled(load.OPENAI)
     return [
         speedup_row(
             name, label, Series(ours[sizes.history]), Series(theirs[sizes.history]), READ_TARGET
@@ -127,7 +127,7 @@ def _read_rows(directory: str, sizes: Sizes) -> list[Row]:
         ),
         growth_row(
             growth,
-            load.OPENAI.label,
+            load.labelled(load.OPENAI),
             Series(theirs[sizes.small]),
             Series(theirs[sizes.big]),
             INFO_ONLY,
@@ -156,7 +156,7 @@ def _durable_row(directory: str, sizes: Sizes, ours_mode: str, peer_mode: str | 
         run_trio(store.aclose)
         peer.close()
     shipped = " as shipped" if peer_mode is None else ""
-    label = f"{load.OPENAI.label}{shipped} at {peer_level}; ours at {ours_mode.upper()}"
+    label = f"{load.labelled(load.OPENAI)}{shipped} at {peer_level}; ours at {ours_mode.upper()}"
     return speedup_row("sqlite durable append, paired", label, Series(ours), Series(theirs), 1.0)
 
 
@@ -203,7 +203,7 @@ def _concurrent_row(directory: str, sizes: Sizes) -> Row:
         run_trio(store.aclose)
         for peer in peers:
             peer.close()
-    label = f"{load.OPENAI.label} as shipped; ours at FULL"
+    label = f"{load.labelled(load.OPENAI)} as shipped; ours at FULL"
     return speedup_row(
         f"sqlite {sizes.tasks} concurrent appenders", label, Series(ours), Series(theirs), 1.0
     )

@@ -87,16 +87,18 @@ def test_peers_flag_without_any_peer_exits_2_and_says_how_to_install(
     assert "pip install -e '.[peers]'" in err
 
 
-def test_a_peer_whose_parent_package_is_absent_counts_as_missing() -> None:
-    """``importable`` answers False, not ModuleNotFoundError, for a dotted name under no package."""
-    ghost = _peers_load.Peer("ghost", "no_such_package_xyz.sessions", "ghost-pkg")
+def test_a_peer_whose_package_is_not_installed_counts_as_missing() -> None:
+    """Presence is read from the installed distributions, without importing anything."""
+    ghost = _peers_load.Peer("ghost", "no_such_package_xyz.sessions", "no-such-package-xyz")
     assert _peers_load.missing((ghost,)) == [ghost]
+    assert not _peers_load.importable(ghost)
 
 
 def test_plain_bench_never_imports_a_peer() -> None:
     """``python -m bench`` without ``--peers`` runs as before: no peer module is loaded."""
     code = (
         "import sys, bench.__main__, bench.peers\n"
+        "bench.peers.missing()\n"
         "hit = [m for m in sys.modules if m.split('.')[0] in ('agents', 'google', 'langgraph')]\n"
         "print(hit)\n"
     )
