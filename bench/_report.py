@@ -25,6 +25,11 @@ class Row:
     def target(self) -> str:
         return f"{'>=' if self.at_least else '<='} {self.limit:g}"
 
+    @property
+    def shown(self) -> str:
+        """The ratio as the table prints it."""
+        return f"{self.ratio:.2f}"
+
 
 def best_of(repeats: int, fn: Callable[[], float]) -> float:
     """The smallest of ``repeats`` measurements: the least disturbed by the rest of the machine."""
@@ -35,9 +40,21 @@ def render(rows: list[Row]) -> str:
     """The rows as an aligned text table with a verdict column."""
     header = ("measure", "detail", "ratio", "target", "")
     lines = [header] + [
-        (r.name, r.detail, f"{r.ratio:.2f}", r.target, "ok" if r.ok else "MISS") for r in rows
+        (r.name, r.detail, r.shown, r.target, "ok" if r.ok else "MISS") for r in rows
     ]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     out = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)) for line in lines]
     out.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(line.rstrip() for line in out)
+
+
+@attrs.frozen
+class SpreadRow(Row):
+    """A :class:`Row` whose ``ratio`` is the median of per-round ratios ``low``..``high``."""
+
+    low: float = 0.0
+    high: float = 0.0
+
+    @property
+    def shown(self) -> str:
+        return f"{self.ratio:.2f} ({self.low:.2f}-{self.high:.2f})"

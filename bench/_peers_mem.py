@@ -1,0 +1,231 @@
+"""The in-memory stores side by side: agentloopmem vs ADK's and LangGraph's.
+
+One "step" everywhere carries 200 characters of content. Ours appends a
+``RunStep`` and reads ``last_n(session, 20)``. ADK appends an ``Event`` with
+``append_event`` and reads ``get_session(config=GetSessionConfig(num_recent_events=20))``.
+LangGraph records each step as one checkpoint (``aput``, the message as its
+channel value, parented on the previous one) and reads the newest 20 with
+``alist(config, limit=20)``. Items are built before the clock starts.
+
+A session filled to ``history`` gets its history through the public append,
+except ADK's: its ``append_event`` scans every stored event for a duplicate id,
+so filling 20,000 that way is quadratic; the events go straight onto its lists.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Iterator
+from functools import partial
+from typing import Any
+
+import attrs
+
+from agentloop import RunStep, StepType
+from agentloopmem import StepStore
+from bench import _peers_load as load
+from bench._peers_timing import (
+    INFO_ONLY,
+    Block,
+    Series,
+    Sizes,
+    growth_row,
+    per_op_us,
+    run_asyncio,
+    run_trio,
+    speedup_row,
+)
+from bench._report import Row
+
+CONTENT = "x" * 200
+WINDOW = 20
+OUR_GROWTH = 1.5  # ours reads and appends cost the same however long the history
+_ids = itertools.count()
+
+
+def new_session_id() -> str:
+    """A session id no earlier block used."""
+    return f"bench-{next(_ids)}"
+
+
+@attrs.define
+class Handle:
+    """One session filled to its history, with the items its timed appends will add."""
+
+    session: Any
+    pending: Iterator[Any]
+    head: Any = None  # LangGraph: the config of the newest checkpoint, the next one's parent
+
+
+class Ours:
+    """agentloopmem's ``StepStore``, run under trio."""
+
+    label = "ours (agentloopmem)"
+    run = staticmethod(run_trio)
+
+    def __init__(self, sizes: Sizes) -> None:
+        self.store = StepStore()
+        self.ops = sizes.ops
+
+    async def session(self, history: int) -> Handle:
+        sid = new_session_id()
+        filler = RunStep(sid, 0, StepType.tool_result, content=CONTENT)
+        for _ in range(history):
+            await self.store.append(filler)
+        steps = [
+            RunStep(sid, history + i, StepType.tool_result, content=CONTENT)
+            for i in range(self.ops)
+        ]
+        return Handle(sid, iter(steps))
+
+    async def append(self, handle: Handle) -> None:
+        await self.store.append(next(handle.pending))
+
+    async def read(self, handle: Handle) -> object:
+        return await self.store.last_n(handle.session, WINDOW)
+
+
+class Adk:
+    """ADK's ``InMemorySessionService``, run under asyncio."""
+
+    run = staticmethod(run_asyncio)
+    app, user = "bench", "bench-user"
+
+    def __init__(self, sizes: Sizes) -> None:
+        self.label = load.labelled(load.ADK)
+        self.service = load.load(load.ADK).InMemorySessionService()
+        self.config = load.module("google.adk.sessions.base_session_service").GetSessionConfig(
+            num_recent_events=WINDOW
+        )
+        types, event = load.module("google.genai.types"), load.module("google.adk.events").Event
+        # Distinct events (each gets its own id): append_event drops a re-delivered one.
+        self.events = [
+            event(
+                author="user",
+                invocation_id="bench",
+                content=types.Content(role="user", parts=[types.Part(text=CONTENT)]),
+            )
+            for _ in range(sizes.big + sizes.ops)
+        ]
+        self.big = sizes.big
+
+    async def session(self, history: int) -> Handle:
+        sid = new_session_id()
+        session = await self.service.create_session(
+            app_name=self.app, user_id=self.user, session_id=sid
+        )
+        stored = self.service.sessions[self.app][self.user][sid]
+        stored.events.extend(self.events[:history])
+        if stored is not session:
+            session.events.extend(self.events[:history])
+        return Handle(session, iter(self.events[self.big :]))
+
+    async def append(self, handle: Handle) -> None:
+        await self.service.append_event(handle.session, next(handle.pending))
+
+    async def read(self, handle: Handle) -> object:
+        return await self.service.get_session(
+            app_name=self.app, user_id=self.user, session_id=handle.session.id, config=self.config
+        )
+
+
+class LangGraph:
+    """LangGraph's ``InMemorySaver``, one checkpoint per step, run under asyncio."""
+
+    run = staticmethod(run_asyncio)
+
+    def __init__(self, sizes: Sizes) -> None:
+        self.label = load.labelled(load.LANGGRAPH)
+        self.base = load.module("langgraph.checkpoint.base")
+        self.saver = load.load(load.LANGGRAPH).InMemorySaver()
+        # Built in order: checkpoint ids are time-ordered, fillers before appends.
+        self.checkpoints = [self._checkpoint(i) for i in range(sizes.big + sizes.ops)]
+        self.big = sizes.big
+
+    def _checkpoint(self, step: int) -> tuple[Any, dict[str, Any], dict[str, str]]:
+        checkpoint = self.base.empty_checkpoint()
+        version = self.saver.get_next_version(None, None)
+        checkpoint["channel_values"] = {"messages": [{"role": "user", "content": CONTENT}]}
+        checkpoint["channel_versions"] = {"messages": version}
+        return checkpoint, {"source": "loop", "step": step, "parents": {}}, {"messages": version}
+
+    async def session(self, history: int) -> Handle:
+        thread = {"configurable": {"thread_id": new_session_id(), "checkpoint_ns": ""}}
+        handle = Handle(thread, iter(self.checkpoints[self.big :]), head=thread)
+        for checkpoint in self.checkpoints[:history]:
+            handle.head = await self.saver.aput(handle.head, *checkpoint)
+        return handle
+
+    async def append(self, handle: Handle) -> None:
+        handle.head = await self.saver.aput(handle.head, *next(handle.pending))
+
+    async def read(self, handle: Handle) -> object:
+        return [item async for item in self.saver.alist(handle.session, limit=WINDOW)]
+
+
+Subject = Ours | Adk | LangGraph
+
+
+def append_block(subject: Subject, history: int, ops: int) -> Block:
+    """Times ``ops`` appends onto a fresh session filled to ``history`` steps."""
+
+    async def block() -> float:
+        handle = await subject.session(history)
+        return await per_op_us(ops, lambda: subject.append(handle))
+
+    return block
+
+
+def read_block(subject: Subject, handle: Handle, ops: int) -> Block:
+    """Times ``ops`` newest-20 reads of an already filled session."""
+    return lambda: per_op_us(ops, lambda: subject.read(handle))
+
+
+def subjects(sizes: Sizes, peers: list[load.Peer]) -> list[Subject]:
+    """Ours first, then every installed in-memory peer."""
+    chosen: list[Subject] = [Ours(sizes)]
+    if load.ADK in peers:
+        chosen.append(Adk(sizes))
+    if load.LANGGRAPH in peers:
+        chosen.append(LangGraph(sizes))
+    return chosen
+
+
+def rows(sizes: Sizes, peers: list[load.Peer]) -> list[Row]:
+    """Ours vs each in-memory peer at ``sizes.history``, and every store's growth."""
+    chosen = subjects(sizes, peers)
+    histories = (sizes.small, sizes.history, sizes.big)
+    filled = {(s.label, h): s.run(partial(s.session, h)) for s in chosen for h in histories}
+    appends: dict[tuple[str, int], list[float]] = defaultdict(list)
+    reads: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for _ in range(sizes.rounds):
+        for h in histories:
+            for s in chosen:
+                appends[s.label, h].append(s.run(append_block(s, h, sizes.ops)))
+                reads[s.label, h].append(s.run(read_block(s, filled[s.label, h], sizes.ops)))
+    ours = chosen[0].label
+    out: list[Row] = []
+    for kind, series in (("append", appends), ("newest-20 read", reads)):
+        mid = sizes.history
+        for peer in chosen[1:]:
+            out.append(
+                speedup_row(
+                    f"mem {kind} @{mid:,}",
+                    peer.label,
+                    Series(series[ours, mid]),
+                    Series(series[peer.label, mid]),
+                    1.0,
+                )
+            )
+        for s in chosen:
+            out.append(
+                growth_row(
+                    f"mem {kind} {sizes.big:,} vs {sizes.small:,}",
+                    s.label,
+                    Series(series[s.label, sizes.small]),
+                    Series(series[s.label, sizes.big]),
+                    OUR_GROWTH if s.label == ours else INFO_ONLY,
+                )
+            )
+    return out

@@ -1,0 +1,110 @@
+"""Sizes, timed blocks and ratio rows shared by the peer comparisons.
+
+Ours runs under trio and a peer under asyncio, in the same process: every
+block is one ``trio.run`` or ``asyncio.run`` whose setup is excluded from the
+clock. Rounds interleave ours and the peers, so machine drift hits all alike;
+a row's ratio is the median of the per-round ratios, shown with their min-max.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import attrs
+import trio
+
+from bench._report import SpreadRow
+
+INFO_ONLY = float("inf")
+
+T = TypeVar("T")
+Block = Callable[[], Awaitable[float]]
+
+
+@attrs.frozen
+class Sizes:
+    """How much work each comparison does; the defaults are the reported run."""
+
+    small: int = 100
+    history: int = 1_000
+    big: int = 20_000
+    ops: int = 100
+    rounds: int = 5
+    durable_ops: int = 100
+    durable_pairs: int = 5
+    tasks: int = 16
+    task_ops: int = 25
+
+
+def run_trio(work: Callable[[], Awaitable[T]]) -> T:
+    """``work`` in a fresh trio run (ours)."""
+    return trio.run(work)
+
+
+def run_asyncio(work: Callable[[], Awaitable[T]]) -> T:
+    """``work`` in a fresh asyncio event loop (a peer)."""
+    return asyncio.run(_as_coroutine(work))
+
+
+async def _as_coroutine(work: Callable[[], Awaitable[T]]) -> T:
+    return await work()
+
+
+async def per_op_us(ops: int, op: Callable[[], Awaitable[object]]) -> float:
+    """Microseconds per call of ``op``, called ``ops`` times back to back.
+
+    The cyclic garbage collector is paused while the clock runs (as ``timeit``
+    does): the heap holds every store's items, so a collection would bill one
+    store for the objects of another. Allocation itself is still timed; what
+    the block leaves behind is collected after the clock stops.
+    """
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        for _ in range(ops):
+            await op()
+        return (time.perf_counter() - start) / ops * 1e6
+    finally:
+        gc.enable()
+
+
+@attrs.frozen
+class Series:
+    """One subject's per-round timings (µs per op) of one measure."""
+
+    us: list[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.us)
+
+
+def speedup_row(name: str, peer_label: str, ours: Series, peer: Series, limit: float) -> SpreadRow:
+    """Peer time / our time per round (> 1: ours is faster), as a row with its spread."""
+    ratios = [p / o for o, p in zip(ours.us, peer.us, strict=True)]
+    detail = f"vs {peer_label}: {ours.median:.1f} vs {peer.median:.1f} us/op"
+    return _row(name, detail, ratios, limit, at_least=True)
+
+
+def growth_row(name: str, label: str, small: Series, big: Series, limit: float) -> SpreadRow:
+    """Big-history time / small-history time per round, as a row with its spread."""
+    ratios = [b / s for s, b in zip(small.us, big.us, strict=True)]
+    detail = f"{label}: {big.median:.1f} vs {small.median:.1f} us/op"
+    return _row(name, detail, ratios, limit, at_least=False)
+
+
+def _row(name: str, detail: str, ratios: list[float], limit: float, *, at_least: bool) -> SpreadRow:
+    return SpreadRow(
+        name,
+        detail,
+        statistics.median(ratios),
+        limit,
+        at_least,
+        low=min(ratios),
+        high=max(ratios),
+    )
