@@ -17,9 +17,9 @@ from __future__ import annotations
 import sys as _sys
 import typing as _typing
 
-from agentlooptest._deps import require
+from agentlooptest._deps import require as _require
 
-require()
+_require()
 
 if "pytest" in _sys.modules:  # under pytest: failing clause asserts show their values
     _sys.modules["pytest"].register_assert_rewrite("agentlooptest._clauses")
