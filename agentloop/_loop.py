@@ -14,7 +14,7 @@ from agentloop._compaction import Compactor
 from agentloop._config import LoopConfig, RunResult
 from agentloop._model import Model
 from agentloop._protocols import SessionStore, StepStore
-from agentloop._run import Run
+from agentloop._run import Run, RunParts
 from agentloop._tools import Tool
 from agentloop._validate import check_text, preview, validate_session_id
 
@@ -96,30 +96,32 @@ class Loop:
             if item.name in by_name:
                 raise ValueError(f"tools must have distinct names, got {item.name!r} twice")
             by_name[item.name] = item
-        self._model = model
-        self._steps = steps
-        self._sessions = sessions
-        self._tools = by_name
-        self._specs = tuple(item.spec for item in by_name.values())
-        self._config = config
-        self._on_event = on_event
-        self._compactor = compactor
+        self._parts = RunParts(
+            model=model,
+            steps=steps,
+            sessions=sessions,
+            tools=by_name,
+            specs=tuple(item.spec for item in by_name.values()),
+            config=config,
+            on_event=on_event,
+            compactor=compactor,
+        )
         self._locks: dict[str, _SessionLock] = {}
 
     @property
     def steps(self) -> StepStore:
         """The step store this loop appends to."""
-        return self._steps
+        return self._parts.steps
 
     @property
     def sessions(self) -> SessionStore:
         """The session store this loop reads sessions from and finalizes runs in."""
-        return self._sessions
+        return self._parts.sessions
 
     @property
     def config(self) -> LoopConfig:
         """The loop's settings."""
-        return self._config
+        return self._parts.config
 
     @asynccontextmanager
     async def _session_lock(self, session_id: str) -> AsyncIterator[None]:
@@ -183,16 +185,4 @@ class Loop:
         validate_session_id(session_id)
         check_text(message, "message")
         async with self._session_lock(session_id):
-            run = Run(
-                model=self._model,
-                steps=self._steps,
-                sessions=self._sessions,
-                tools=self._tools,
-                specs=self._specs,
-                config=self._config,
-                on_event=self._on_event,
-                compactor=self._compactor,
-                session_id=session_id,
-                message=message,
-            )
-            return await run.execute()
+            return await Run(self._parts, session_id, message).execute()
