@@ -35,7 +35,9 @@ class Loop:
     be swapped alone); they are exposed as ``loop.steps`` / ``loop.sessions``.
     ``tools`` must have distinct names. ``on_event`` is called synchronously
     with each typed event (see :class:`EventCollector`); an exception it raises
-    fails the run like any other. ``compactor``, when given, runs once per run
+    fails the run like any other, except on ``Finalized``, which follows the
+    run's last write: that one is reported as a ``LoopWarning`` and the run
+    returns what was recorded. ``compactor``, when given, runs once per run
     on the rehydrated history.
 
     Replay reads only ``last_n(history_window)``: a compaction summary is
@@ -162,8 +164,8 @@ class Loop:
                 and the session, ``__cause__`` is the store's exception. A failed
                 ``get`` writes nothing and finalizes nothing; any later failure
                 is followed by a shielded best-effort ``finalize(error)``.
-            Exception: whatever the model raised, after an ``error`` step and
-                ``finalize(error)``.
+            Exception: whatever the model (or ``on_event``) raised, after an
+                ``error`` step (model) and ``finalize(error)``.
 
         ``run_timeout`` covers the whole run, ``get`` included; when it expires
         before the history was loaded, no step is written (the next index is

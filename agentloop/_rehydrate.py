@@ -26,7 +26,7 @@ import attrs
 
 from agentloop._model import Message, ToolCall, trusted_message
 from agentloop._types import CompactionCheckpoint, RunStep, StepType
-from agentloop._validate import has_lone_surrogate, parse_json
+from agentloop._validate import INT32_MAX, has_lone_surrogate, parse_json
 
 
 def tool_call_fields(call: ToolCall, text: str = "") -> tuple[str, str]:
@@ -223,14 +223,17 @@ class Conversation:
         - an earlier summary (a leading ``system`` message: only replay makes
           them) is superseded, never kept verbatim, even with ``retained_from=0``;
         - ``retain_from_step`` is the step of the first message kept, or, when
-          every message was summarized, the step after the summary's;
+          every message was summarized, the step after the summary's (at most
+          ``INT32_MAX``, where a checkpoint must fit);
         - ``tool`` messages whose call was summarized away are dropped, as
           replay drops a ``tool_result`` with no call before it.
         """
         kept = retained_from
         if kept == 0 and self.messages and self.messages[0].role == "system":
             kept = 1
-        retain = self.sources[kept] if kept < len(self.sources) else summary_index + 1
+        # No step follows one at INT32_MAX, and replay skips summary steps: the same cut.
+        after_summary = min(summary_index + 1, INT32_MAX)
+        retain = self.sources[kept] if kept < len(self.sources) else after_summary
         start = kept
         while start < len(self.messages) and self.messages[start].role == "tool":
             start += 1

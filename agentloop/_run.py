@@ -16,6 +16,7 @@ import trio
 
 from agentloop._compaction import Compaction, Compactor
 from agentloop._config import LoopConfig, RunResult
+from agentloop._describe import describe
 from agentloop._errors import StoreError
 from agentloop._events import Compacted, Event, EventHandler, LoopWarning, RunStarted
 from agentloop._memory import WorkingMemory
@@ -149,7 +150,9 @@ class Run:
                 )
         except Exception as exc:
             self._emit(
-                LoopWarning(self._session_id, f"compaction failed; history kept whole: {exc!r}")
+                LoopWarning(
+                    self._session_id, f"compaction failed; history kept whole: {describe(exc)}"
+                )
             )
             return None
         return compaction
@@ -195,7 +198,7 @@ class Run:
             if not isinstance(reply, ModelReply):
                 raise TypeError(f"the model must return a ModelReply, got {preview(reply)}")
         except Exception as exc:
-            await self._record.append(StepType.error, f"model error: {exc!r}")
+            await self._record.append(StepType.error, f"model error: {describe(exc)}")
             raise
         self._record.add_tokens(reply.prompt_tokens, reply.completion_tokens)
         return reply
@@ -253,7 +256,7 @@ class Run:
             check_text(output, "tool output")
         except Exception as exc:
             self._memory.discard_changes()  # a failed call leaves no trace in working memory
-            return f"Error: tool {call.name!r} failed: {exc!r}"
+            return f"Error: tool {call.name!r} failed: {describe(exc)}"
         problem = await self._memory.persist_changes()
         if problem is not None:
             return f"Error: tool {call.name!r} left working memory that is not JSON: {problem}"

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from agentloop._config import RunResult
+from agentloop._describe import describe
 from agentloop._errors import StoreError
 from agentloop._events import Event, Finalized, LoopWarning, StepAppended
 from agentloop._types import FinalizeSummary, RunStatus, RunStep, StepType
@@ -90,8 +91,15 @@ class RunRecord:
         """Append the run's next step and return its index.
 
         Raises:
-            StoreError: the append failed.
+            StoreError: the append failed, or the session already holds a step
+                at the last index a step can have (``INT32_MAX``).
         """
+        if self.next_index > INT32_MAX:
+            raise StoreError(
+                f"append failed for session {self._stores.session_id!r}: the session's last "
+                f"step_index is {INT32_MAX}, the largest a step can have (int32); "
+                f"no step can be appended"
+            )
         step = RunStep(
             session_id=self._stores.session_id,
             step_index=self.next_index,
@@ -135,8 +143,7 @@ class RunRecord:
         summary = self._summary(status)
         self._finalize_tried = status
         await self._stores.finalize(summary)
-        self._finalized = True
-        self._emit(Finalized(self._stores.session_id, summary))
+        self._announce_finalized(summary)
         return RunResult(
             status=status,
             text=text,
@@ -204,17 +211,29 @@ class RunRecord:
             try:
                 await self._stores.finalize(summary)
             except StoreError as failure:
-                self.warn(f"finalize({status}) failed: {failure.__cause__!r}")
+                self.warn(f"finalize({status}) failed: {describe(failure.__cause__ or failure)}")
             else:
-                self._finalized = True
-                try:
-                    self._emit(Finalized(self._stores.session_id, summary))
-                except Exception as failure:
-                    self.warn(f"finalize({status}) failed: {failure!r}")
+                self._announce_finalized(summary)
         if scope.cancelled_caught:
             self.warn(
                 f"finalize({status}) abandoned after {self._config.finalize_timeout}s "
                 f"(finalize_timeout)"
+            )
+
+    def _announce_finalized(self, summary: FinalizeSummary) -> None:
+        """Mark the run finalized and emit ``Finalized``, which can no longer fail the run.
+
+        ``Finalized`` follows the run's last write: an ``on_event`` error there
+        is reported as a ``LoopWarning``, so the caller's result (or exception)
+        always matches the status the store holds.
+        """
+        self._finalized = True
+        try:
+            self._emit(Finalized(self._stores.session_id, summary))
+        except Exception as exc:
+            self.warn(
+                f"on_event raised on Finalized: {describe(exc)}; "
+                f"the run stays recorded as {summary.status}"
             )
 
     def warn(self, message: str) -> None:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
+from agentloop._describe import describe_message
 from agentloop._errors import StoreError
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ class RunStores:
             return await call(*args)
         except Exception as exc:
             raise StoreError(
-                f"{operation} failed for session {self.session_id!r}: {type(exc).__name__}: {exc}"
+                f"{operation} failed for session {self.session_id!r}: {describe_message(exc)}"
             ) from exc
 
     async def get(self) -> Session:
