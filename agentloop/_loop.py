@@ -15,6 +15,7 @@ from agentloop._config import LoopConfig, RunResult
 from agentloop._model import Model
 from agentloop._protocols import SessionStore, StepStore
 from agentloop._run import Run, RunParts
+from agentloop._run_stores import RunStores
 from agentloop._tools import Tool
 from agentloop._validate import check_text, preview, validate_session_id
 
@@ -187,4 +188,8 @@ class Loop:
         validate_session_id(session_id)
         check_text(message, "message")
         async with self._session_lock(session_id):
-            return await Run(self._parts, session_id, message).execute()
+            parts = self._parts
+            # The one place a run's stores are chosen: a run that must write through
+            # another view of them (e.g. a fenced one) is handed RunStores built on it.
+            stores = RunStores(parts.steps, parts.sessions, session_id)
+            return await Run(parts, stores, message).execute()

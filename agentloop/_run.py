@@ -39,7 +39,11 @@ def _ignore(event: Event) -> None:
 
 @attrs.frozen
 class RunParts:
-    """What every run of one ``Loop`` shares, built (and checked) once by the ``Loop``."""
+    """What every run of one ``Loop`` shares, built (and checked) once by the ``Loop``.
+
+    ``steps`` and ``sessions`` are the loop's own stores; a run touches only the
+    ``RunStores`` it is handed (see ``Loop.run``).
+    """
 
     model: Model
     steps: StepStore
@@ -54,15 +58,15 @@ class RunParts:
 class Run:
     """One run; ``execute`` is the whole run (the caller holds the session lock)."""
 
-    def __init__(self, parts: RunParts, session_id: str, message: str) -> None:
+    def __init__(self, parts: RunParts, stores: RunStores, message: str) -> None:
+        """A run of ``message`` on ``stores.session_id``; it touches no store but ``stores``."""
         self._parts = parts
-        self._session_id = session_id
+        self._stores = stores
+        self._session_id = stores.session_id
         self._message = message
         self._emit: EventHandler = _ignore if parts.on_event is None else parts.on_event
-        stores = RunStores(parts.steps, parts.sessions, session_id)
         self._memory = WorkingMemory(stores)
         self._record = RunRecord(stores, parts.config, self._memory, self._emit)
-        self._stores = stores
         self._conversation = Conversation([], [])
 
     async def execute(self) -> RunResult:
