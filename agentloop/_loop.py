@@ -29,6 +29,29 @@ class _SessionLock:
     users: int = 0
 
 
+def _check_on_event(on_event: object) -> None:
+    if on_event is not None and not callable(on_event):
+        raise TypeError(f"on_event must be a callable or None, got {preview(on_event)}")
+    if inspect.iscoroutinefunction(on_event) or inspect.iscoroutinefunction(
+        getattr(type(on_event), "__call__", None)  # noqa: B004 - an object with async __call__
+    ):
+        raise TypeError(
+            f"on_event must be a plain (sync) callable, it is called inline; "
+            f"got the async function {preview(on_event)}"
+        )
+
+
+def _tools_by_name(tools: Iterable[Tool]) -> dict[str, Tool]:
+    by_name: dict[str, Tool] = {}
+    for item in tools:
+        if not isinstance(item, Tool):
+            raise TypeError(f"tools must hold only Tool values, got {preview(item)}")
+        if item.name in by_name:
+            raise ValueError(f"tools must have distinct names, got {item.name!r} twice")
+        by_name[item.name] = item
+    return by_name
+
+
 class Loop:
     """Runs an agent: a model, its tools, and the two stores that remember each session.
 
@@ -79,26 +102,12 @@ class Loop:
             raise TypeError(f"sessions must be a SessionStore, got {preview(sessions)}")
         if not isinstance(config, LoopConfig):
             raise TypeError(f"config must be a LoopConfig, got {preview(config)}")
-        if on_event is not None and not callable(on_event):
-            raise TypeError(f"on_event must be a callable or None, got {preview(on_event)}")
-        if inspect.iscoroutinefunction(on_event) or inspect.iscoroutinefunction(
-            getattr(type(on_event), "__call__", None)  # noqa: B004 - an object with async __call__
-        ):
-            raise TypeError(
-                f"on_event must be a plain (sync) callable, it is called inline; "
-                f"got the async function {preview(on_event)}"
-            )
+        _check_on_event(on_event)
         if compactor is not None and not isinstance(compactor, Compactor):
             raise TypeError(
                 f"compactor must have an async compact(messages) method, got {preview(compactor)}"
             )
-        by_name: dict[str, Tool] = {}
-        for item in tools:
-            if not isinstance(item, Tool):
-                raise TypeError(f"tools must hold only Tool values, got {preview(item)}")
-            if item.name in by_name:
-                raise ValueError(f"tools must have distinct names, got {item.name!r} twice")
-            by_name[item.name] = item
+        by_name = _tools_by_name(tools)
         self._parts = RunParts(
             model=model,
             steps=steps,
