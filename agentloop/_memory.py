@@ -34,9 +34,10 @@ class WorkingMemory:
     compared, not trusted" in ``docs/decisions.md``.
     """
 
+    context: ToolContext  # set by load, before any tool runs
+
     def __init__(self, stores: RunStores) -> None:
         self._stores = stores
-        self.context = ToolContext(stores.session_id)
         self.stored: str | None = None
         self.shown: str | None = None
         self._baseline = "{}"  # canonical JSON of ctx.data as last loaded or stored
@@ -74,27 +75,33 @@ class WorkingMemory:
         """Put ``ctx.data`` back to the last loaded or stored value."""
         self.context.data = json.loads(self._baseline)
 
-    async def persist_changes(self) -> str | None:
-        """Store ``ctx.data`` if it changed since it was last loaded or stored.
+    def changes(self) -> tuple[str, Any] | None:
+        """``ctx.data`` as the JSON text to store and its decoded value, or ``None`` if unchanged.
 
-        After a write ``ctx.data`` is the decoded stored text, so the rest of
-        the run sees exactly what the next run will (``{1: "a"}`` becomes
-        ``{"1": "a"}``). Returns ``None``, or why ``ctx.data`` is not JSON
-        (the changes are then discarded and nothing is written).
+        The decoded value is what the rest of the run must see after the write
+        (``{1: "a"}`` becomes ``{"1": "a"}``): pass both to :meth:`store`.
 
         Raises:
-            StoreError: ``update_data`` failed.
+            TypeError, ValueError, RecursionError: ``ctx.data`` is not JSON (or
+                holds NUL or lone surrogates no store can keep); it is put back
+                to the last loaded or stored value.
         """
         try:
             canonical = canonical_json(self.context.data)
             if canonical == self._baseline:
                 return None
-            # NUL or lone surrogates no store can keep; also the value the run sees from now on
-            decoded = parse_json(canonical, "data")
-        except (TypeError, ValueError, RecursionError) as exc:
+            return canonical, parse_json(canonical, "data")
+        except (TypeError, ValueError, RecursionError):
             self.discard_changes()
-            return str(exc)
+            raise
+
+    async def store(self, changes: tuple[str, Any]) -> None:
+        """Write ``changes`` (from :meth:`changes`); from now on the run sees what was stored.
+
+        Raises:
+            StoreError: ``update_data`` failed.
+        """
+        canonical, decoded = changes
         await self._stores.update_data(canonical)
         self._baseline = self.stored = self.shown = canonical
         self.context.data = decoded
-        return None

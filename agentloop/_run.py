@@ -58,6 +58,8 @@ class RunParts:
 class Run:
     """One run; ``execute`` is the whole run (the caller holds the session lock)."""
 
+    _conversation: Conversation  # set once the history is loaded
+
     def __init__(self, parts: RunParts, stores: RunStores, message: str) -> None:
         """A run of ``message`` on ``stores.session_id``; it touches no store but ``stores``."""
         self._parts = parts
@@ -67,7 +69,6 @@ class Run:
         self._emit: EventHandler = _ignore if parts.on_event is None else parts.on_event
         self._memory = WorkingMemory(stores)
         self._record = RunRecord(stores, parts.config, self._memory, self._emit)
-        self._conversation = Conversation([], [])
 
     async def execute(self) -> RunResult:
         """Run to the end; see ``Loop.run`` for the guarantees."""
@@ -261,7 +262,10 @@ class Run:
         except Exception as exc:
             self._memory.discard_changes()  # a failed call leaves no trace in working memory
             return f"Error: tool {call.name!r} failed: {describe(exc)}"
-        problem = await self._memory.persist_changes()
-        if problem is not None:
-            return f"Error: tool {call.name!r} left working memory that is not JSON: {problem}"
+        try:
+            changes = self._memory.changes()
+        except (TypeError, ValueError, RecursionError) as exc:
+            return f"Error: tool {call.name!r} left working memory that is not JSON: {exc}"
+        if changes is not None:
+            await self._memory.store(changes)
         return output

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
-
-import attrs
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from agentloop._describe import describe_message
 from agentloop._errors import StoreError
@@ -14,10 +12,7 @@ if TYPE_CHECKING:
     from agentloop._protocols import SessionStore, StepStore
     from agentloop._types import FinalizeSummary, RunStep, Session
 
-T = TypeVar("T")
 
-
-@attrs.frozen
 class RunStores:
     """The store calls of one run on ``session_id``, each named for its failure message.
 
@@ -30,34 +25,52 @@ class RunStores:
     as ``__cause__``; cancellation propagates unchanged.
     """
 
-    steps: StepStore
-    sessions: SessionStore
-    session_id: str
+    __slots__ = ("session_id", "sessions", "steps")
 
-    async def _named(self, operation: str, call: Callable[..., Awaitable[T]], *args: Any) -> T:
-        try:
-            return await call(*args)
-        except Exception as exc:
-            raise StoreError(
-                f"{operation} failed for session {self.session_id!r}: {describe_message(exc)}"
-            ) from exc
+    def __init__(self, steps: StepStore, sessions: SessionStore, session_id: str) -> None:
+        self.steps = steps
+        self.sessions = sessions
+        self.session_id = session_id
+
+    def _failed(self, operation: str, exc: Exception) -> StoreError:
+        return StoreError(
+            f"{operation} failed for session {self.session_id!r}: {describe_message(exc)}"
+        )
+
+    # Each method catches on its own (no shared wrapper coroutine): these calls are
+    # the loop's hottest path, and an extra await layer per call shows in the bench.
 
     async def get(self) -> Session:
         """The session (a fresh one when the store has none)."""
-        return await self._named("get", self.sessions.get, self.session_id)
+        try:
+            return await self.sessions.get(self.session_id)
+        except Exception as exc:
+            raise self._failed("get", exc) from exc
 
     async def last_n(self, count: int) -> Sequence[RunStep]:
         """The last ``count`` steps, oldest first."""
-        return await self._named("last_n", self.steps.last_n, self.session_id, count)
+        try:
+            return await self.steps.last_n(self.session_id, count)
+        except Exception as exc:
+            raise self._failed("last_n", exc) from exc
 
     async def append(self, step: RunStep) -> None:
         """Append ``step`` (already built for this session)."""
-        await self._named("append", self.steps.append, step)
+        try:
+            await self.steps.append(step)
+        except Exception as exc:
+            raise self._failed("append", exc) from exc
 
     async def update_data(self, data: str) -> None:
         """Replace the session's working memory with the JSON text ``data``."""
-        await self._named("update_data", self.sessions.update_data, self.session_id, data)
+        try:
+            await self.sessions.update_data(self.session_id, data)
+        except Exception as exc:
+            raise self._failed("update_data", exc) from exc
 
     async def finalize(self, summary: FinalizeSummary) -> None:
         """Record the end of the run."""
-        await self._named("finalize", self.sessions.finalize, self.session_id, summary)
+        try:
+            await self.sessions.finalize(self.session_id, summary)
+        except Exception as exc:
+            raise self._failed("finalize", exc) from exc
