@@ -77,12 +77,16 @@ class PostgresStore(SqlStoreBase["Conn"]):
         self, pool: psycopg_pool.ConnectionPool[Any], ops: PgOps, schema: str, size: int
     ) -> None:
         """Use :meth:`open`."""
-        from agentloopsql._pg_exec import PgExecutor
+        from agentloopsql._pg_exec import PgExecutor, waited_error
 
         self._pool = pool
         self._ops = ops
         self._schema = schema
-        self._workers: Workers[Conn] = Workers(PgExecutor(pool, ops), size, "PostgresStore")
+        expired = (pool.timeout, lambda waited: waited_error(waited, pool.timeout))
+        executor = PgExecutor(pool, ops)
+        self._workers: Workers[Conn] = Workers(
+            executor, size, "PostgresStore", queue_timeout=expired
+        )
         self._closed = False
 
     @classmethod

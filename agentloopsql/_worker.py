@@ -14,6 +14,12 @@ decline). The caller waits for the worker either way: a job that ends with
 :class:`Interrupted` did not happen and its caller gets ``trio.Cancelled``;
 any other result is returned normally (the cancellation is delivered at the
 caller's next checkpoint). A worker is never abandoned mid-write.
+
+Bounded waits: with a ``queue_timeout``, a watchdog thread fails each job that
+no worker took within that many seconds of its queueing (every worker busy,
+e.g. stuck behind a lock), so a caller never waits for a worker unbounded. It
+sleeps unless every worker is busy and jobs wait, so it costs nothing on the
+common path.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import threading
+import time
+from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar, overload
 
 import outcome
@@ -41,7 +49,7 @@ class Interrupted(Exception):
 class Job(Generic[ConnT]):
     """One queued call: its typed :data:`~agentloopsql._jobs.Work` and how to answer its caller."""
 
-    __slots__ = ("cancel_requested", "result", "taken", "task", "token", "work")
+    __slots__ = ("cancel_requested", "queued_at", "result", "taken", "task", "token", "work")
 
     def __init__(self, work: AnyWork[ConnT]) -> None:
         self.work = work
@@ -50,6 +58,7 @@ class Job(Generic[ConnT]):
         self.taken = False
         self.cancel_requested = False  # the executor's to set, under its own lock
         self.result: outcome.Outcome[Any] | None = None
+        self.queued_at = time.monotonic()
 
 
 class Executor(Protocol[StateT, ConnT]):
@@ -96,20 +105,40 @@ def _deliver(jobs: list[Job[Any]]) -> None:
 class Workers(Generic[ConnT]):
     """``threads`` daemon threads serving one queue; see the module docstring.
 
-    ``ConnT`` is the connection a job's work runs on.
+    ``ConnT`` is the connection a job's work runs on. ``queue_timeout`` is
+    ``(seconds, error)``: a job no worker took within ``seconds`` fails with
+    ``error(waited)``; ``None`` lets jobs wait for a worker as long as it takes.
     """
 
-    def __init__(self, executor: Executor[Any, ConnT], threads: int, owner: str) -> None:
+    def __init__(
+        self,
+        executor: Executor[Any, ConnT],
+        threads: int,
+        owner: str,
+        *,
+        queue_timeout: tuple[float, Callable[[float], StoreError]] | None = None,
+    ) -> None:
         self._executor = executor
         self._owner = owner
-        self._cond = threading.Condition(threading.Lock())
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)
         self._queue: collections.deque[Job[ConnT]] = collections.deque()
         self._closing = False
         self._dead: BaseException | None = None
+        self._size = threads
+        self._busy = 0  # worker threads running a batch
         self._threads = [
             threading.Thread(target=self._main, name=f"{owner} worker {n}", daemon=True)
             for n in range(threads)
         ]
+        self._watch: threading.Condition | None = None
+        if queue_timeout is not None:
+            self._watch = threading.Condition(lock)
+            self._threads.append(
+                threading.Thread(
+                    target=self._watchdog, args=queue_timeout, name=f"{owner} queue", daemon=True
+                )
+            )
         for thread in self._threads:
             thread.start()
 
@@ -124,7 +153,8 @@ class Workers(Generic[ConnT]):
 
         Raises:
             StoreClosedError: the store is closing or closed.
-            StoreError: whatever the executor reports for the job.
+            StoreError: whatever the executor reports for the job, or the
+                ``queue_timeout`` error when no worker took it in time.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         job = Job(work)
@@ -135,6 +165,8 @@ class Workers(Generic[ConnT]):
                 raise self._executor.dead_error(self._dead)
             self._queue.append(job)
             self._cond.notify()
+            if self._watch is not None and self._busy == self._size:
+                self._watch.notify()  # no worker may take it soon: time its wait
 
         def abort(_: object) -> trio.lowlevel.Abort:
             with self._cond:
@@ -163,6 +195,8 @@ class Workers(Generic[ConnT]):
         with self._cond:
             self._closing = True
             self._cond.notify_all()
+            if self._watch is not None:
+                self._watch.notify_all()
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(self._join)
 
@@ -193,6 +227,9 @@ class Workers(Generic[ConnT]):
                 self._queue = rest
             for job in batch:
                 job.taken = True
+            self._busy += 1
+            if self._watch is not None and self._queue and self._busy == self._size:
+                self._watch.notify()  # what is left may wait long: time it
             return batch
 
     def _main(self) -> None:
@@ -207,6 +244,8 @@ class Workers(Generic[ConnT]):
                 running = batch
                 self._executor.run_batch(state, batch)
                 running = []
+                with self._cond:
+                    self._busy -= 1
                 self._hand_back(batch)
         except BaseException as exc:  # a bug here must not leave callers asleep forever
             for job in running:
@@ -216,6 +255,41 @@ class Workers(Generic[ConnT]):
             self._die(exc)  # every caller gets the error, with exc as its cause
         finally:
             self._executor.disconnect(state)
+
+    def _watchdog(self, limit: float, error: Callable[[float], StoreError]) -> None:
+        """Fail each queued job no worker took within ``limit`` seconds of its queueing.
+
+        Runs only while every worker is busy and jobs wait (a call queued
+        behind workers stuck on a lock must not wait for them unbounded).
+        """
+        watch = self._watch
+        assert watch is not None
+        while True:
+            with self._cond:
+                while not (expired := self._expired(limit)):
+                    if self._dead is not None or (self._closing and not self._queue):
+                        return
+                    if self._queue and self._busy == self._size:
+                        oldest = min(job.queued_at for job in self._queue)
+                        watch.wait(oldest + limit - time.monotonic())
+                    else:
+                        watch.wait()
+            now = time.monotonic()
+            for job in expired:
+                job.result = outcome.Error(error(now - job.queued_at))
+            self._hand_back(expired)
+
+    def _expired(self, limit: float) -> list[Job[ConnT]]:
+        """Take the queued jobs that waited ``limit`` seconds; called under the lock."""
+        if not self._queue:
+            return []
+        cutoff = time.monotonic() - limit
+        expired = [job for job in self._queue if job.queued_at <= cutoff]
+        if expired:
+            self._queue = collections.deque(job for job in self._queue if job.queued_at > cutoff)
+            for job in expired:
+                job.taken = True
+        return expired
 
     def _die(self, exc: BaseException) -> None:
         with self._cond:
@@ -228,6 +302,8 @@ class Workers(Generic[ConnT]):
             for job in orphans:
                 job.taken = True
             self._cond.notify_all()
+            if self._watch is not None:
+                self._watch.notify_all()
         for job in orphans:
             job.result = outcome.Error(self._executor.dead_error(exc))
         self._hand_back(orphans)
