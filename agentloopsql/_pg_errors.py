@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from types import TracebackType
 
+import outcome
 import psycopg
 
 from agentloop import StoreError, StoreUnavailableError
@@ -120,3 +121,30 @@ def classify(exc: psycopg.Error, op: str) -> StoreError:
     return StoreError(
         f"PostgreSQL refused {op}: it breaks {rule} ({tag}): {said}; retrying will not help"
     )
+
+
+def waited_error(waited: float, limit: float) -> StoreUnavailableError:
+    """The error of a call that waited ``pool_timeout`` for a worker and got none."""
+    return StoreUnavailableError(
+        f"no PostgreSQL connection was free within pool_timeout ({limit} s): the call waited "
+        f"{waited:.2f} s for a worker, every one busy (e.g. with a statement waiting on a "
+        "lock); nothing was done"
+    )
+
+
+def shared_outcome(result: outcome.Outcome[None]) -> bool:
+    """Whether every caller of a shared INSERT gets ``result``: success, or the store is down.
+
+    Any other error was one call's rows refused: the others must not fail with it.
+    """
+    return isinstance(result, outcome.Value) or (
+        isinstance(result, outcome.Error) and isinstance(result.error, StoreUnavailableError)
+    )
+
+
+def copy_outcome(result: outcome.Outcome[None]) -> outcome.Outcome[None]:
+    """``result`` for one more caller: one exception object per caller, tracebacks apart."""
+    if isinstance(result, outcome.Error) and isinstance(result.error, StoreUnavailableError):
+        error = result.error
+        return outcome.Error(StoreUnavailableError(str(error), error.cause))
+    return outcome.Value(None)

@@ -30,11 +30,9 @@ Imported only once psycopg is known to be installed.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Callable
-from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import outcome
@@ -43,7 +41,8 @@ import psycopg_pool
 
 from agentloop import RunStep, StoreError, StoreUnavailableError
 from agentloopsql._jobs import AnyWork, Append, IdempotentWrite, KeyedWrite, Read
-from agentloopsql._pg_errors import classify, operation
+from agentloopsql._pg_errors import classify, copy_outcome, operation, shared_outcome, waited_error
+from agentloopsql._pg_running import Running, send_cancels
 from agentloopsql._worker import Interrupted, Job, dead_worker_error
 
 if TYPE_CHECKING:
@@ -63,65 +62,6 @@ class _Lost(Exception):
         self.cause = cause
 
 
-# How often a running statement whose callers were all cancelled is asked again
-# to stop (a request that reaches the server between statements is ignored).
-_CANCEL_EVERY = 0.2
-
-
-class _Running:
-    """The jobs of one batch while a worker runs them: what :meth:`PgExecutor.interrupt` needs."""
-
-    __slots__ = ("cancelling", "conn", "done", "interruptible", "jobs", "wait")
-
-    def __init__(self, jobs: list[PgJob]) -> None:
-        self.jobs = jobs
-        self.conn: Conn | None = None  # set while the first attempt runs a statement
-        self.interruptible = True  # False once a retry begins: the outcome could be unknown
-        self.cancelling: threading.Thread | None = None
-        self.done = threading.Event()
-        self.wait: float | None = None  # the first attempt's bound on waiting for a connection
-
-    def all_cancelled(self) -> bool:
-        return all(job.cancel_requested for job in self.jobs)
-
-
-def waited_error(waited: float, limit: float) -> StoreUnavailableError:
-    """The error of a call that waited ``pool_timeout`` for a worker and got none."""
-    return StoreUnavailableError(
-        f"no PostgreSQL connection was free within pool_timeout ({limit} s): the call waited "
-        f"{waited:.2f} s for a worker, every one busy (e.g. with a statement waiting on a "
-        "lock); nothing was done"
-    )
-
-
-def _shared(result: outcome.Outcome[None]) -> bool:
-    """Whether every caller of a shared INSERT gets ``result``: success, or the store is down.
-
-    Any other error was one call's rows refused: the others must not fail with it.
-    """
-    return isinstance(result, outcome.Value) or (
-        isinstance(result, outcome.Error) and isinstance(result.error, StoreUnavailableError)
-    )
-
-
-def _copy(result: outcome.Outcome[None]) -> outcome.Outcome[None]:
-    """``result`` for one more caller: one exception object per caller, tracebacks apart."""
-    if isinstance(result, outcome.Error) and isinstance(result.error, StoreUnavailableError):
-        error = result.error
-        return outcome.Error(StoreUnavailableError(str(error), error.cause))
-    return outcome.Value(None)
-
-
-def _send_cancels(run: _Running, conn: Conn) -> None:
-    safe = getattr(conn, "cancel_safe", None)  # psycopg >= 3.2
-    cancel = partial(safe, timeout=2.0) if safe is not None else conn.cancel
-    while True:
-        with contextlib.suppress(Exception):  # best effort; the next round tries again
-            cancel()
-        if run.done.wait(_CANCEL_EVERY):
-            return
-
-
 class PgExecutor:
     """Runs jobs for one store on its pool; see the module docstring."""
 
@@ -131,7 +71,7 @@ class PgExecutor:
         self._pool = pool
         self._ops = ops
         self._lock = threading.Lock()
-        self._running: dict[int, _Running] = {}  # id(job) -> its batch, while it runs
+        self._running: dict[int, Running] = {}  # id(job) -> its batch, while it runs
 
     def interrupt(self, job: PgJob) -> None:
         with self._lock:
@@ -141,8 +81,12 @@ class PgExecutor:
                 return  # not running a statement now; the worker checks the flag itself
             if not (run.interruptible and run.all_cancelled()):
                 return
+            run.done = threading.Event()
             run.cancelling = threading.Thread(
-                target=_send_cancels, args=(run, run.conn), name="agentloopsql cancel", daemon=True
+                target=send_cancels,
+                args=(run.done, run.conn),
+                name="agentloopsql cancel",
+                daemon=True,
             )
             run.cancelling.start()
 
@@ -162,7 +106,7 @@ class PgExecutor:
         live = self._expire(jobs)
         if not live:
             return
-        run = _Running(live)
+        run = Running(live)
         with self._lock:
             for job in live:
                 self._running[id(job)] = run
@@ -186,7 +130,7 @@ class PgExecutor:
                     job.result = outcome.Error(waited_error(now - job.queued_at, limit))
         return live
 
-    def _run_batch(self, run: _Running, jobs: list[PgJob]) -> None:
+    def _run_batch(self, run: Running, jobs: list[PgJob]) -> None:
         if len(jobs) == 1:
             jobs[0].result = outcome.capture(self._call_alone, jobs[0].work, run)
             return
@@ -194,13 +138,13 @@ class PgExecutor:
         if isinstance(result, outcome.Error) and isinstance(result.error, Interrupted):
             for job in jobs:
                 job.result = outcome.Error(Interrupted())
-        elif _shared(result):
+        elif shared_outcome(result):
             for job in jobs:
-                job.result = _copy(result)
+                job.result = copy_outcome(result)
         else:  # a row the server (or a check of the store) refused: find it
             self._isolate(jobs)
 
-    def _append_together(self, jobs: list[PgJob], run: _Running | None) -> outcome.Outcome[None]:
+    def _append_together(self, jobs: list[PgJob], run: Running | None) -> outcome.Outcome[None]:
         """Every job's rows (batchable() lets only appends share a batch) in one INSERT."""
         appends = [job.work for job in jobs if isinstance(job.work, Append)]
         assert len(appends) == len(jobs)
@@ -226,13 +170,13 @@ class PgExecutor:
                 self._isolate(half)
                 continue
             result = self._append_together(half, None)
-            if _shared(result):
+            if shared_outcome(result):
                 for job in half:
-                    job.result = _copy(result)
+                    job.result = copy_outcome(result)
             else:
                 self._isolate(half)
 
-    def _call_alone(self, work: AnyWork[Conn], run: _Running | None = None) -> object:
+    def _call_alone(self, work: AnyWork[Conn], run: Running | None = None) -> object:
         """Run one call's ``work`` the way its kind allows."""
         if isinstance(work, Read | IdempotentWrite):
             return self.call(work.run, run)
@@ -244,7 +188,7 @@ class PgExecutor:
         self.call_once(lambda c: ops.append_many(c, rows), work.committed, run)
         return None
 
-    def call(self, fn: Callable[[Conn], R], run: _Running | None = None) -> R:
+    def call(self, fn: Callable[[Conn], R], run: Running | None = None) -> R:
         """Run ``fn`` (safe to repeat) on a pooled connection; once more if the connection is lost.
 
         Raises:
@@ -267,7 +211,7 @@ class PgExecutor:
         self,
         fn: Callable[[Conn], None],
         committed: Callable[[Conn], bool],
-        run: _Running | None = None,
+        run: Running | None = None,
     ) -> None:
         """Run the write ``fn`` once: after a lost connection, ``committed`` says if it landed.
 
@@ -300,22 +244,24 @@ class PgExecutor:
             f"PostgreSQL connection lost twice; nothing was written: {cause}", cause
         ) from cause
 
-    def _settling(self, run: _Running | None) -> None:
+    def _settling(self, run: Running | None) -> None:
         """A first attempt's connection was lost: its outcome is being settled, then retried."""
         if run is not None:
             with self._lock:
                 run.interruptible = False
         self._pool.check()  # drop every other connection the same event killed
 
-    def _once(self, fn: Callable[[Conn], R], run: _Running | None = None) -> R:
+    def _once(self, fn: Callable[[Conn], R], run: Running | None = None) -> R:
         conn = None
         wait = None if run is None else run.wait
         started = time.monotonic()
+        pool = self._pool
         try:
-            with self._pool.connection(timeout=wait) as conn:
-                if run is None:
-                    return fn(conn)
-                return self._interruptible(fn, conn, run)
+            conn = pool.getconn(wait)
+            try:
+                return fn(conn) if run is None else self._interruptible(fn, conn, run)
+            finally:
+                pool.putconn(conn)
         except psycopg_pool.PoolTimeout as exc:
             waited = time.monotonic() - started
             raise StoreUnavailableError(
@@ -330,7 +276,7 @@ class PgExecutor:
                 raise _Lost(exc) from None
             raise classify(exc, operation(exc.__traceback__, "the call")) from exc
 
-    def _interruptible(self, fn: Callable[[Conn], R], conn: Conn, run: _Running) -> R:
+    def _interruptible(self, fn: Callable[[Conn], R], conn: Conn, run: Running) -> R:
         """``fn(conn)``, which :meth:`interrupt` may cancel on the server."""
         with self._lock:
             if run.all_cancelled():
@@ -347,6 +293,7 @@ class PgExecutor:
                 run.conn = None
                 cancelling = run.cancelling
             if cancelling is not None:
+                assert run.done is not None
                 run.done.set()
                 cancelling.join()
                 conn.close()  # a late cancel request must not reach a later statement

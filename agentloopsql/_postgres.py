@@ -77,7 +77,8 @@ class PostgresStore(SqlStoreBase["Conn"]):
         self, pool: psycopg_pool.ConnectionPool[Any], ops: PgOps, schema: str, size: int
     ) -> None:
         """Use :meth:`open`."""
-        from agentloopsql._pg_exec import PgExecutor, waited_error
+        from agentloopsql._pg_errors import waited_error
+        from agentloopsql._pg_exec import PgExecutor
 
         self._pool = pool
         self._ops = ops

@@ -127,6 +127,9 @@ class Workers(Generic[ConnT]):
         self._dead: BaseException | None = None
         self._size = threads
         self._busy = 0  # worker threads running a batch
+        # The wake locks of idle workers, the most recently idle last: a call wakes
+        # that one, so a lone caller keeps one warm thread (and its cache) busy.
+        self._idle: list[threading.Lock] = []
         self._threads = [
             threading.Thread(target=self._main, name=f"{owner} worker {n}", daemon=True)
             for n in range(threads)
@@ -164,7 +167,8 @@ class Workers(Generic[ConnT]):
             if self._dead is not None:
                 raise self._executor.dead_error(self._dead)
             self._queue.append(job)
-            self._cond.notify()
+            if self._idle:
+                self._idle.pop().release()
             if self._watch is not None and self._busy == self._size:
                 self._watch.notify()  # no worker may take it soon: time its wait
 
@@ -194,7 +198,7 @@ class Workers(Generic[ConnT]):
         """Run every job queued so far, then end the threads. Idempotent; shielded."""
         with self._cond:
             self._closing = True
-            self._cond.notify_all()
+            self._wake_all()
             if self._watch is not None:
                 self._watch.notify_all()
         with trio.CancelScope(shield=True):
@@ -206,12 +210,27 @@ class Workers(Generic[ConnT]):
 
     # -- the threads -------------------------------------------------------
 
-    def _take(self) -> list[Job[ConnT]] | None:
-        """The next batch, or ``None`` once closing with nothing left; waits for work."""
+    def _wake_all(self) -> None:
+        """Wake every idle worker; called under the lock."""
+        for wake in self._idle:
+            wake.release()
+        self._idle.clear()
+
+    def _take(self, wake: threading.Lock) -> list[Job[ConnT]] | None:
+        """The next batch, or ``None`` once closing with nothing left; waits for work.
+
+        ``wake`` is this thread's own lock, held: it sleeps acquiring it again
+        until a caller (or closing) releases it.
+        """
         executor = self._executor
         with self._cond:
             while not self._queue and not self._closing and self._dead is None:
-                self._cond.wait()
+                self._idle.append(wake)
+                self._cond.release()
+                try:
+                    wake.acquire()
+                finally:
+                    self._cond.acquire()
             if not self._queue or self._dead is not None:
                 return None
             head = self._queue.popleft()
@@ -239,8 +258,10 @@ class Workers(Generic[ConnT]):
             self._die(exc)
             return
         running: list[Job[ConnT]] = []
+        wake = threading.Lock()
+        wake.acquire()
         try:
-            while (batch := self._take()) is not None:
+            while (batch := self._take(wake)) is not None:
                 running = batch
                 self._executor.run_batch(state, batch)
                 running = []
@@ -301,7 +322,7 @@ class Workers(Generic[ConnT]):
             # the error already on its way rather than look for its job in the queue.
             for job in orphans:
                 job.taken = True
-            self._cond.notify_all()
+            self._wake_all()
             if self._watch is not None:
                 self._watch.notify_all()
         for job in orphans:
@@ -309,6 +330,10 @@ class Workers(Generic[ConnT]):
         self._hand_back(orphans)
 
     def _hand_back(self, jobs: list[Job[ConnT]]) -> None:
+        if len(jobs) == 1:  # the common case: one call, one trio run
+            with contextlib.suppress(trio.RunFinishedError):
+                jobs[0].token.run_sync_soon(_deliver, jobs)
+            return
         by_token: dict[trio.lowlevel.TrioToken, list[Job[ConnT]]] = {}
         for job in jobs:
             by_token.setdefault(job.token, []).append(job)
