@@ -232,6 +232,8 @@ class Workers(Generic[ConnT]):
                 finally:
                     self._cond.acquire()
             if not self._queue or self._dead is not None:
+                if self._watch is not None:
+                    self._watch.notify()  # closing and drained: the watchdog may end too
                 return None
             head = self._queue.popleft()
             batch = [head]

@@ -9,13 +9,15 @@ These run against the real server, so they take real (sub-second) time.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import psycopg
 import pytest
 import trio
-from _sql_support import fresh_schema
+import trio.testing
+from _sql_support import fresh_schema, occupy_worker
 
 from agentloop import RunStep, Session, StoreUnavailableError
 from agentloopsql import PostgresStore
@@ -160,3 +162,41 @@ async def test_wait_for_a_connection_is_bounded(postgres_dsn: str, schema: str) 
         assert isinstance(error.cause, Exception)
         assert_bounded(error, took)
         assert await pg.get("s") == Session("s")
+
+
+async def watchdog_waiting(pg: PostgresStore) -> None:
+    """Return once the store's watchdog thread sleeps in its condition again."""
+    watch = pg._workers._watch
+    assert watch is not None
+    with trio.fail_after(5):
+        while not watch._waiters:  # type: ignore[attr-defined]  # noqa: ASYNC110 (a thread)
+            await trio.sleep(0.01)
+
+
+async def test_aclose_is_not_held_by_the_watchdog(postgres_dsn: str, schema: str) -> None:
+    """A call queued while aclose starts runs, and aclose ends as soon as it has: the
+    watchdog timing that call's wait does not sleep out its pool_timeout."""
+    pg = await PostgresStore.open(postgres_dsn, schema=schema, pool_size=1, pool_timeout=30)
+    gate = threading.Event()
+    found: list[Session] = []
+    closed = trio.Event()
+
+    async def get() -> None:
+        found.append(await pg.get("s"))
+
+    async def close() -> None:
+        await pg.aclose()
+        closed.set()
+
+    async with trio.open_nursery() as nursery:
+        await occupy_worker(pg, nursery, gate)
+        nursery.start_soon(get)
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(pg._workers._queue) == 1
+        nursery.start_soon(close)
+        await trio.testing.wait_all_tasks_blocked()
+        await watchdog_waiting(pg)  # it has seen the close and waits for the call again
+        gate.set()
+        with trio.fail_after(5):  # the watchdog's wait would be 30 s
+            await closed.wait()
+    assert found == [Session("s")]
