@@ -210,18 +210,14 @@ class Workers(Generic[ConnT]):
 
     # -- the threads -------------------------------------------------------
 
-    def _wake_all(self) -> None:
-        """Wake every idle worker; called under the lock."""
+    def _wake_all(self) -> None:  # called under the lock
         for wake in self._idle:
             wake.release()
         self._idle.clear()
 
     def _take(self, wake: threading.Lock) -> list[Job[ConnT]] | None:
-        """The next batch, or ``None`` once closing with nothing left; waits for work.
-
-        ``wake`` is this thread's own lock, held: it sleeps acquiring it again
-        until a caller (or closing) releases it.
-        """
+        """The next batch, or ``None`` once closing with nothing left; waits for work
+        (acquiring ``wake``, this thread's own held lock, until a caller releases it)."""
         executor = self._executor
         with self._cond:
             while not self._queue and not self._closing and self._dead is None:
@@ -280,11 +276,8 @@ class Workers(Generic[ConnT]):
             self._executor.disconnect(state)
 
     def _watchdog(self, limit: float, error: Callable[[float], StoreError]) -> None:
-        """Fail each queued job no worker took within ``limit`` seconds of its queueing.
-
-        Runs only while every worker is busy and jobs wait (a call queued
-        behind workers stuck on a lock must not wait for them unbounded).
-        """
+        """Fail each queued job no worker took within ``limit`` seconds of its queueing;
+        sleeps unless every worker is busy and jobs wait."""
         watch = self._watch
         assert watch is not None
         while True:
@@ -304,8 +297,6 @@ class Workers(Generic[ConnT]):
 
     def _expired(self, limit: float) -> list[Job[ConnT]]:
         """Take the queued jobs that waited ``limit`` seconds; called under the lock."""
-        if not self._queue:
-            return []
         cutoff = time.monotonic() - limit
         expired = [job for job in self._queue if job.queued_at <= cutoff]
         if expired:
