@@ -176,9 +176,16 @@ class SqliteStore(SqlStoreBase[sqlite3.Connection]):
 
     SQLite never loses its connection mid-call, so no outcome is ever unknown.
 
-    **Cancellation handling** (the rule is :class:`SqlStoreBase`'s): once the
-    connection thread has taken a call, it always runs to its end (its
-    transaction commits or rolls back whole) and returns normally.
+    **Cancellation handling** (the rule is :class:`SqlStoreBase`'s): a call
+    the connection thread has taken but that waits for another connection's
+    lock (another process writing) did nothing yet: when its caller is
+    cancelled it is dropped from its batch within a few milliseconds and
+    raises ``trio.Cancelled``, whatever the other callers of its batch do,
+    so no cancelled call waits out ``busy_timeout``. Once its transaction
+    runs, a call runs to its end (it commits or rolls back whole) and
+    returns normally. ``busy_timeout`` still bounds the wait of a call
+    nobody cancels: past it, ``StoreUnavailableError`` names the file and
+    the lock, and the call did nothing.
     """
 
     _ops = _OPS
@@ -249,7 +256,7 @@ class SqliteStore(SqlStoreBase[sqlite3.Connection]):
             raise ValueError(f"synchronous must be one of {SYNCHRONOUS}, got {synchronous!r}")
         timeout = check_seconds(busy_timeout, "busy_timeout")  # SQLite holds int ms
         mode = synchronous.lower()
-        executor = SqliteExecutor(lambda: connect(name, mode, timeout, verify))
+        executor = SqliteExecutor(lambda: connect(name, mode, timeout, verify), name, timeout)
         workers = Workers(executor, 1, "SqliteStore")
         try:
             await workers.call(Read(_ready))

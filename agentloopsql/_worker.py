@@ -66,7 +66,11 @@ class Executor(Protocol[StateT, ConnT]):
         ...
 
     def run_batch(self, state: StateT, jobs: list[Job[ConnT]]) -> None:
-        """Run ``jobs`` and set every ``job.result``; must not raise."""
+        """Run ``jobs`` and set every ``job.result``; must not raise.
+
+        A job may be answered early, before the batch ends: set its result,
+        remove it from ``jobs`` and pass it to :func:`hand_back`.
+        """
         ...
 
     def disconnect(self, state: StateT) -> None:
@@ -233,12 +237,17 @@ class Workers(Generic[ConnT]):
         self._hand_back(orphans)
 
     def _hand_back(self, jobs: list[Job[ConnT]]) -> None:
-        by_token: dict[trio.lowlevel.TrioToken, list[Job[ConnT]]] = {}
-        for job in jobs:
-            by_token.setdefault(job.token, []).append(job)
-        for token, mine in by_token.items():
-            with contextlib.suppress(trio.RunFinishedError):
-                token.run_sync_soon(_deliver, mine)
+        hand_back(jobs)
+
+
+def hand_back(jobs: list[Job[Any]]) -> None:
+    """Wake each job's caller with its result (set before); from any thread, once per job."""
+    by_token: dict[trio.lowlevel.TrioToken, list[Job[Any]]] = {}
+    for job in jobs:
+        by_token.setdefault(job.token, []).append(job)
+    for token, mine in by_token.items():
+        with contextlib.suppress(trio.RunFinishedError):
+            token.run_sync_soon(_deliver, mine)
 
 
 def dead_worker_error(owner: str, exc: BaseException) -> StoreError:
