@@ -14,12 +14,13 @@ locked" (``SQLITE_BUSY``, always before anything of the transaction took
 effect: it is rolled back whole), the thread waits a little and tries again,
 until the store's ``busy_timeout`` has passed since the batch began; then
 its callers get ``StoreUnavailableError`` naming the file and the lock.
-Between tries, every job whose caller was cancelled is dropped from the
-batch and answered at once with :class:`~agentloopsql._worker.Interrupted`
-(its caller gets ``trio.Cancelled``; nothing of it happened), and a
-cancellation wakes the waiting thread. A job whose transaction is running is
-never interrupted: it commits or rolls back whole, and its caller gets that
-outcome.
+Jobs of the batch that did run (reads, or writes rerun alone after a failure)
+are answered before the wait. Between tries, every job whose caller was
+cancelled is dropped from the batch and answered at once with
+:class:`~agentloopsql._worker.Interrupted` (its caller gets
+``trio.Cancelled``; nothing of it happened), and a cancellation wakes the
+waiting thread. A job whose transaction is running is never interrupted: it
+commits or rolls back whole, and its caller gets that outcome.
 """
 
 from __future__ import annotations
@@ -89,6 +90,14 @@ def _rollback(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
 
 
+def _answer_now(batch: list[SqliteJob], answered: list[SqliteJob]) -> None:
+    """Hand ``answered`` back before the batch ends (it waits for a lock), not again after."""
+    for job in answered:
+        batch.remove(job)
+    if answered:
+        hand_back(answered)
+
+
 class SqliteExecutor:
     """Group commit over the connection ``connect`` opens in the worker thread.
 
@@ -142,6 +151,7 @@ class SqliteExecutor:
             pending, busy = self._attempt(conn, pending)
             if busy is None:
                 return
+            _answer_now(jobs, [job for job in jobs if job.result is not None])
             left = deadline - time.monotonic()
             if left <= 0:
                 for job in pending:
@@ -158,8 +168,7 @@ class SqliteExecutor:
             return pending
         for job in dropped:
             job.result = outcome.Error(Interrupted())
-            batch.remove(job)  # answered here, not again when the batch ends
-        hand_back(dropped)
+        _answer_now(batch, dropped)
         return [job for job in pending if job.result is None]
 
     def _locked_error(self, cause: sqlite3.Error) -> StoreUnavailableError:

@@ -33,6 +33,7 @@ from agentloop import (
     StoreUnavailableError,
 )
 from agentloopsql import SqliteStore
+from agentloopsql._jobs import Read
 
 SLACK = 1.0  # scheduling delay allowed on a loaded machine; every bound below is far from 5 s
 LONG_BUSY = 10.0  # a busy_timeout no test may wait out
@@ -136,6 +137,49 @@ class TestCancelledWhileLocked:
                     release(other)
             assert set(outcomes) == {"cancelled", "kept"}
             assert [s.step_index for s in await store.all("s")] == [1]
+
+
+def busy_error() -> sqlite3.OperationalError:
+    exc = sqlite3.OperationalError("database is locked")
+    exc.sqlite_errorcode = 5  # as SQLite sets it for SQLITE_BUSY
+    return exc
+
+
+class TestBatchWaitingForALock:
+    async def test_jobs_that_ran_are_answered_before_the_wait(self, db: str) -> None:
+        """In a batch, a read that ran returns while another read still waits for its lock."""
+        async with await SqliteStore.open(db, busy_timeout=LONG_BUSY) as store:
+            unlocked = threading.Event()
+            tries: list[int] = []
+
+            def locked_read(conn: sqlite3.Connection) -> str:
+                tries.append(1)
+                if not unlocked.is_set():
+                    raise busy_error()
+                return "waited"
+
+            answers: list[str] = []
+            first = trio.Event()
+
+            async def read(fn: Callable[[sqlite3.Connection], str]) -> None:
+                answers.append(await store._run(Read(fn)))
+                first.set()
+
+            gate = threading.Event()
+            async with trio.open_nursery() as nursery:
+                await occupy_worker(store, nursery, gate)
+                nursery.start_soon(read, lambda conn: "at once")
+                nursery.start_soon(read, locked_read)
+                await trio.testing.wait_all_tasks_blocked()
+                assert len(store._workers._queue) == 2
+                gate.set()
+                with trio.fail_after(SLACK):
+                    await first.wait()
+                await trio.sleep(0.1)
+                assert answers == ["at once"]
+                assert len(tries) > 1  # retried while locked
+                unlocked.set()
+            assert answers == ["at once", "waited"]
 
 
 class TestBusyTimeoutHonoured:
