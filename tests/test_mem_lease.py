@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 import re
+import subprocess
 import sys
 import threading
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import attrs
 import pytest
@@ -58,8 +60,9 @@ def test_errors_are_store_errors() -> None:
 
 
 def test_store_supports_leases() -> None:
-    """The in-memory SessionStore has the lease capability."""
-    assert isinstance(SessionStore(), SupportsLease)
+    """The in-memory SessionStore has the lease capability (checked by mypy too)."""
+    store: SupportsLease = SessionStore()
+    assert isinstance(store, SupportsLease)
     assert not isinstance(object(), SupportsLease)
 
 
@@ -539,3 +542,22 @@ async def test_fenced_finalize_refused_names_the_tokens() -> None:
         match=r"^lease 1 of session 's' was taken over \(now token 2\); nothing was written$",
     ):
         await store.fenced(old).finalize("s", FinalizeSummary(RunStatus.completed))
+
+
+def test_readme_example_runs() -> None:
+    """The README's in-memory lease example runs and prints what its comments say."""
+    readme = Path(__file__).resolve().parent.parent / "README.md"
+    section = readme.read_text(encoding="utf-8").split("### Session leases in memory", 1)[1]
+    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert match is not None, "the section has no python code block"
+    code = match.group(1)
+    expected = re.findall(r"print\(.*\)  # (.*)$", code, re.MULTILINE)
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code],
+        cwd=readme.parent,  # this checkout's packages, not an installed copy
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == expected == ["None", "refused", "True"]
