@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -412,21 +413,25 @@ class TestMutualExclusion:
         """Four threads, each in its own trio.run, never hold one session's lease together."""
         store = SessionStore()
         guard = threading.Lock()
+        barrier = threading.Barrier(4)
         holders: list[str] = []
         overlaps: list[list[str]] = []
         tokens: list[int] = []
+        refused: list[int] = []
         errors: list[BaseException] = []
 
         async def work(name: str) -> None:
-            for _ in range(300):
+            barrier.wait(timeout=30)
+            for _ in range(500):
                 while (lease := await store.acquire_lease("s", name, 60)) is None:
+                    refused.append(1)
                     await trio.lowlevel.checkpoint()
                 with guard:
                     holders.append(name)
                     if len(holders) > 1:
                         overlaps.append(list(holders))
                     tokens.append(lease.token)
-                await trio.lowlevel.checkpoint()
+                time.sleep(0)  # noqa: ASYNC251 -- hands the GIL to the other threads mid-lease
                 with guard:
                     holders.remove(name)
                 await store.release_lease(lease)
@@ -449,7 +454,8 @@ class TestMutualExclusion:
             sys.setswitchinterval(interval)
         assert errors == []
         assert overlaps == []
-        assert sorted(tokens) == list(range(1, 1201))
+        assert refused  # the threads did contend for the lease
+        assert sorted(tokens) == list(range(1, 2001))
 
 
 class TestCancellation:
