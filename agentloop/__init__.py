@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from agentloop._compaction import Compaction, Compactor
 from agentloop._config import LoopConfig, RunResult
-from agentloop._errors import StoreClosedError, StoreError, StoreUnavailableError
+from agentloop._errors import (
+    LeaseLostError,
+    SessionBusyError,
+    StoreClosedError,
+    StoreError,
+    StoreUnavailableError,
+)
 from agentloop._events import (
     Compacted,
     Event,
@@ -19,6 +25,7 @@ from agentloop._events import (
     RunStarted,
     StepAppended,
 )
+from agentloop._lease import Lease, SupportsLease
 from agentloop._loop import Loop
 from agentloop._model import (
     Message,
@@ -60,6 +67,8 @@ __all__ = [
     "EventCollector",
     "FinalizeSummary",
     "Finalized",
+    "Lease",
+    "LeaseLostError",
     "Loop",
     "LoopConfig",
     "LoopWarning",
@@ -73,6 +82,7 @@ __all__ = [
     "RunStep",
     "ScriptedModel",
     "Session",
+    "SessionBusyError",
     "SessionInfo",
     "SessionStore",
     "StepAppended",
@@ -85,6 +95,7 @@ __all__ = [
     "SupportsAll",
     "SupportsDeleteSession",
     "SupportsFinal",
+    "SupportsLease",
     "SupportsListSessions",
     "SupportsPut",
     "Tool",

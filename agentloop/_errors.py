@@ -26,3 +26,16 @@ class StoreUnavailableError(StoreError):
         self.cause = cause
         if cause is not None:
             self.__cause__ = cause
+
+
+class LeaseLostError(StoreError):
+    """The session's lease was acquired by another owner since this lease was granted.
+
+    Raised by a write through ``fenced(lease)`` (which then changed nothing) and
+    by ``renew_lease`` (also for a lease its holder released). The holder is no
+    longer the session's only writer and must stop writing to it.
+    """
+
+
+class SessionBusyError(StoreError):
+    """Another owner kept the session's lease for the whole wait; nothing was written."""

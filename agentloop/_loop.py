@@ -14,7 +14,8 @@ from agentloop._compaction import Compactor
 from agentloop._config import LoopConfig, RunResult
 from agentloop._model import Model
 from agentloop._protocols import SessionStore, StepStore
-from agentloop._run import Run
+from agentloop._run import Run, RunParts
+from agentloop._run_stores import RunStores
 from agentloop._tools import Tool
 from agentloop._validate import check_text, preview, validate_session_id
 
@@ -28,6 +29,29 @@ class _SessionLock:
     users: int = 0
 
 
+def _check_on_event(on_event: object) -> None:
+    if on_event is not None and not callable(on_event):
+        raise TypeError(f"on_event must be a callable or None, got {preview(on_event)}")
+    if inspect.iscoroutinefunction(on_event) or inspect.iscoroutinefunction(
+        getattr(type(on_event), "__call__", None)  # noqa: B004 - an object with async __call__
+    ):
+        raise TypeError(
+            f"on_event must be a plain (sync) callable, it is called inline; "
+            f"got the async function {preview(on_event)}"
+        )
+
+
+def _tools_by_name(tools: Iterable[Tool]) -> dict[str, Tool]:
+    by_name: dict[str, Tool] = {}
+    for item in tools:
+        if not isinstance(item, Tool):
+            raise TypeError(f"tools must hold only Tool values, got {preview(item)}")
+        if item.name in by_name:
+            raise ValueError(f"tools must have distinct names, got {item.name!r} twice")
+        by_name[item.name] = item
+    return by_name
+
+
 class Loop:
     """Runs an agent: a model, its tools, and the two stores that remember each session.
 
@@ -35,7 +59,9 @@ class Loop:
     be swapped alone); they are exposed as ``loop.steps`` / ``loop.sessions``.
     ``tools`` must have distinct names. ``on_event`` is called synchronously
     with each typed event (see :class:`EventCollector`); an exception it raises
-    fails the run like any other. ``compactor``, when given, runs once per run
+    fails the run like any other, except on ``Finalized``, which follows the
+    run's last write: that one is reported as a ``LoopWarning`` and the run
+    returns what was recorded. ``compactor``, when given, runs once per run
     on the rehydrated history.
 
     Replay reads only ``last_n(history_window)``: a compaction summary is
@@ -76,50 +102,38 @@ class Loop:
             raise TypeError(f"sessions must be a SessionStore, got {preview(sessions)}")
         if not isinstance(config, LoopConfig):
             raise TypeError(f"config must be a LoopConfig, got {preview(config)}")
-        if on_event is not None and not callable(on_event):
-            raise TypeError(f"on_event must be a callable or None, got {preview(on_event)}")
-        if inspect.iscoroutinefunction(on_event) or inspect.iscoroutinefunction(
-            getattr(type(on_event), "__call__", None)  # noqa: B004 - an object with async __call__
-        ):
-            raise TypeError(
-                f"on_event must be a plain (sync) callable, it is called inline; "
-                f"got the async function {preview(on_event)}"
-            )
+        _check_on_event(on_event)
         if compactor is not None and not isinstance(compactor, Compactor):
             raise TypeError(
                 f"compactor must have an async compact(messages) method, got {preview(compactor)}"
             )
-        by_name: dict[str, Tool] = {}
-        for item in tools:
-            if not isinstance(item, Tool):
-                raise TypeError(f"tools must hold only Tool values, got {preview(item)}")
-            if item.name in by_name:
-                raise ValueError(f"tools must have distinct names, got {item.name!r} twice")
-            by_name[item.name] = item
-        self._model = model
-        self._steps = steps
-        self._sessions = sessions
-        self._tools = by_name
-        self._specs = tuple(item.spec for item in by_name.values())
-        self._config = config
-        self._on_event = on_event
-        self._compactor = compactor
+        by_name = _tools_by_name(tools)
+        self._parts = RunParts(
+            model=model,
+            steps=steps,
+            sessions=sessions,
+            tools=by_name,
+            specs=tuple(item.spec for item in by_name.values()),
+            config=config,
+            on_event=on_event,
+            compactor=compactor,
+        )
         self._locks: dict[str, _SessionLock] = {}
 
     @property
     def steps(self) -> StepStore:
         """The step store this loop appends to."""
-        return self._steps
+        return self._parts.steps
 
     @property
     def sessions(self) -> SessionStore:
         """The session store this loop reads sessions from and finalizes runs in."""
-        return self._sessions
+        return self._parts.sessions
 
     @property
     def config(self) -> LoopConfig:
         """The loop's settings."""
-        return self._config
+        return self._parts.config
 
     @asynccontextmanager
     async def _session_lock(self, session_id: str) -> AsyncIterator[None]:
@@ -160,8 +174,8 @@ class Loop:
                 and the session, ``__cause__`` is the store's exception. A failed
                 ``get`` writes nothing and finalizes nothing; any later failure
                 is followed by a shielded best-effort ``finalize(error)``.
-            Exception: whatever the model raised, after an ``error`` step and
-                ``finalize(error)``.
+            Exception: whatever the model (or ``on_event``) raised, after an
+                ``error`` step (model) and ``finalize(error)``.
 
         ``run_timeout`` covers the whole run, ``get`` included; when it expires
         before the history was loaded, no step is written (the next index is
@@ -183,16 +197,8 @@ class Loop:
         validate_session_id(session_id)
         check_text(message, "message")
         async with self._session_lock(session_id):
-            run = Run(
-                model=self._model,
-                steps=self._steps,
-                sessions=self._sessions,
-                tools=self._tools,
-                specs=self._specs,
-                config=self._config,
-                on_event=self._on_event,
-                compactor=self._compactor,
-                session_id=session_id,
-                message=message,
-            )
-            return await run.execute()
+            parts = self._parts
+            # The one place a run's stores are chosen: a run that must write through
+            # another view of them (e.g. a fenced one) is handed RunStores built on it.
+            stores = RunStores(parts.steps, parts.sessions, session_id)
+            return await Run(parts, stores, message).execute()

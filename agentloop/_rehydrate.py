@@ -11,6 +11,10 @@ The recording format is written down in ``docs/decisions.md``:
 
 ``content`` round-trips exactly through every store, ``tool_args`` only
 JSON-semantically, so the exact text of malformed arguments lives in ``content``.
+
+Both rules of what the model sees live here: ``replay`` (a window of steps →
+messages) and ``Conversation.summarized`` (the run that compacts shows the model
+exactly what the next run's replay will).
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+import attrs
+
 from agentloop._model import Message, ToolCall, trusted_message
 from agentloop._types import CompactionCheckpoint, RunStep, StepType
-from agentloop._validate import has_lone_surrogate, parse_json
+from agentloop._validate import INT32_MAX, has_lone_surrogate, parse_json
 
 
 def tool_call_fields(call: ToolCall, text: str = "") -> tuple[str, str]:
@@ -119,29 +125,7 @@ def replay(steps: Sequence[RunStep]) -> tuple[list[Message], list[int]]:
         retain_from = checkpoint.retain_from_step
         messages.append(trusted_message("system", summary.content))
         sources.append(retain_from)
-    # The assistant message being gathered: its text, first step, calls and their results.
-    # Every value below was validated as a RunStep field or a ToolCall, hence trusted_message.
-    head_text = ""
-    head_index = 0
-    calls: list[ToolCall] = []
-    results: list[tuple[str, str | None, int]] = []  # content, tool_call_id, step index
-
-    def flush() -> None:
-        if not calls:
-            return
-        answered = {call_id for _, call_id, _ in results}
-        kept = tuple(call for call in calls if call.id in answered)
-        if kept or head_text:
-            messages.append(trusted_message("assistant", head_text, kept))
-            sources.append(head_index)
-            called = {call.id for call in kept}
-            for content, call_id, index in results:
-                if call_id in called:
-                    messages.append(trusted_message("tool", content, (), call_id))
-                    sources.append(index)
-        calls.clear()
-        results.clear()
-
+    turn = _ToolTurn(messages, sources)
     previous: StepType | None = None
     for step in steps:
         kind = step.step_type
@@ -149,23 +133,109 @@ def replay(steps: Sequence[RunStep]) -> tuple[list[Message], list[int]]:
             continue
         if kind is StepType.tool_call:
             call, text = _decode_call(step)
-            if previous is not StepType.tool_call or not calls:
-                flush()
-                head_text, head_index = text, step.step_index
-            calls.append(call)
+            if previous is not StepType.tool_call or not turn.calls:
+                turn.flush()
+                turn.text, turn.first_index = text, step.step_index
+            turn.calls.append(call)
         elif kind is StepType.tool_result:
-            if calls:
-                results.append((step.content, _decode_result_id(step), step.step_index))
+            if turn.calls:  # else its call is not in the window: dropped
+                turn.results.append((step.content, _decode_result_id(step), step.step_index))
         else:
-            flush()
+            turn.flush()
             role = "user" if kind is StepType.user else "assistant"
             messages.append(trusted_message(role, step.content))
             sources.append(step.step_index)
         previous = kind
-    flush()
+    turn.flush()
     return messages, sources
+
+
+class _ToolTurn:
+    """The assistant message with tool calls that replay is gathering, and its results.
+
+    Every value here was validated as a ``RunStep`` field or a ``ToolCall``,
+    hence ``trusted_message``.
+    """
+
+    __slots__ = ("calls", "first_index", "messages", "results", "sources", "text")
+
+    def __init__(self, messages: list[Message], sources: list[int]) -> None:
+        self.messages = messages
+        self.sources = sources
+        self.text = ""
+        self.first_index = 0
+        self.calls: list[ToolCall] = []
+        self.results: list[tuple[str, str | None, int]] = []  # content, call id, step index
+
+    def flush(self) -> None:
+        """Emit the gathered turn, keeping only answered calls and their results."""
+        if not self.calls:
+            return
+        answered = {call_id for _, call_id, _ in self.results}
+        kept = tuple(call for call in self.calls if call.id in answered)
+        if kept or self.text:
+            self.messages.append(trusted_message("assistant", self.text, kept))
+            self.sources.append(self.first_index)
+            called = {call.id for call in kept}
+            for content, call_id, index in self.results:
+                if call_id in called:
+                    self.messages.append(trusted_message("tool", content, (), call_id))
+                    self.sources.append(index)
+        self.calls.clear()
+        self.results.clear()
 
 
 def next_step_index(steps: Sequence[RunStep]) -> int:
     """The index of the next step: the last stored step's index + 1, or 0 for a new session."""
     return steps[-1].step_index + 1 if steps else 0
+
+
+@attrs.define
+class Conversation:
+    """The messages the model is shown, and for each the ``step_index`` it came from.
+
+    For a summary message the index is its checkpoint's ``retain_from_step``.
+    """
+
+    messages: list[Message]
+    sources: list[int]
+
+    @classmethod
+    def replayed(cls, steps: Sequence[RunStep]) -> Conversation:
+        """The conversation ``replay`` rebuilds from ``steps``."""
+        messages, sources = replay(steps)
+        return cls(messages, sources)
+
+    def add(self, message: Message, step_index: int) -> None:
+        """Append ``message``, recorded as ``step_index``."""
+        self.messages.append(message)
+        self.sources.append(step_index)
+
+    def summarized(
+        self, summary: str, retained_from: int, summary_index: int
+    ) -> tuple[int, Conversation]:
+        """The checkpoint's ``retain_from_step`` and what the model sees after the summary.
+
+        ``summary`` replaces ``messages[:retained_from]``; ``summary_index`` is
+        the index the ``summary`` step will get. The result is what replay will
+        rebuild from the stored steps:
+
+        - an earlier summary (a leading ``system`` message: only replay makes
+          them) is superseded, never kept verbatim, even with ``retained_from=0``;
+        - ``retain_from_step`` is the step of the first message kept, or, when
+          every message was summarized, the step after the summary's (at most
+          ``INT32_MAX``, where a checkpoint must fit);
+        - ``tool`` messages whose call was summarized away are dropped, as
+          replay drops a ``tool_result`` with no call before it.
+        """
+        kept = retained_from
+        if kept == 0 and self.messages and self.messages[0].role == "system":
+            kept = 1
+        # No step follows one at INT32_MAX, and replay skips summary steps: the same cut.
+        after_summary = min(summary_index + 1, INT32_MAX)
+        retain = self.sources[kept] if kept < len(self.sources) else after_summary
+        start = kept
+        while start < len(self.messages) and self.messages[start].role == "tool":
+            start += 1
+        head = Message(role="system", content=summary)
+        return retain, Conversation([head, *self.messages[start:]], [retain, *self.sources[start:]])

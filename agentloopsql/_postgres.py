@@ -111,9 +111,8 @@ class PostgresStore(SqlStoreBase["Conn"]):
         One connection is made first, directly, bounded by libpq's
         ``connect_timeout`` (2 s per server address unless the DSN or
         ``PGCONNECT_TIMEOUT`` sets it; it also bounds the pool's connections):
-        a refused, unknown, silent or refusing server fails the open within
-        that bound, naming the reason, with no pool started. It checks the
-        schema, read-only, before changing anything, and migrates it.
+        a refused, unknown, silent or refusing server fails the open within that
+        bound, naming the reason. It checks the schema read-only, then migrates it.
 
         Raises:
             ImportError: psycopg is not installed (``pip install 'agentloop[postgres]'``).
@@ -137,38 +136,15 @@ class PostgresStore(SqlStoreBase["Conn"]):
         (it commits or rolls back whole) before the cancellation is delivered.
         """
         _import_driver()
-        from agentloopsql._pg_schema import validate_schema
-
-        if not isinstance(dsn, str):
-            raise TypeError(f"dsn must be a str, got {preview(dsn)}")
-        if schema is not None:
-            validate_schema(schema)
-        if not isinstance(pool_size, int) or isinstance(pool_size, bool):
-            raise TypeError(f"pool_size must be an int >= 1, got {preview(pool_size)}")
-        if pool_size < 1:
-            raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
-        timeout = check_seconds(pool_timeout, "pool_timeout")
-        if statement_timeout is not None:  # the server holds int ms, and 0 means "no limit"
-            check_seconds(statement_timeout, "statement_timeout", minimum=0.001, none_allowed=True)
-        statement_ms = None if statement_timeout is None else round(statement_timeout * 1000)
+        timeout, statement_ms = _checked_options(
+            dsn, schema, pool_size, pool_timeout, statement_timeout
+        )
         from agentloopsql import _pg_connect as connect
 
         kwargs = connect.connection_kwargs(dsn)
         name, ops = await connect.first_connection(dsn, kwargs, schema, statement_ms)
         pool = connect.new_pool(dsn, kwargs, pool_size, timeout, statement_ms)
-        try:
-            pool.open(wait=False)  # only starts the pool's connecting threads
-            with trio.move_on_after(timeout) as waiting:
-                await connect.fill(pool, dsn, kwargs, pool_size)
-            if waiting.cancelled_caught:
-                raise StoreUnavailableError(
-                    f"could not connect to PostgreSQL: {pool_size} connection(s) not ready "
-                    f"after {timeout} s (pool_timeout)"
-                )
-        except BaseException:
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(connect.close_pool, pool, kwargs)
-            raise
+        await _fill_or_close(pool, dsn, kwargs, pool_size, timeout)
         return cls(pool, ops, name, pool_size)
 
     @property
@@ -191,3 +167,56 @@ class PostgresStore(SqlStoreBase["Conn"]):
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<PostgresStore schema={self._schema!r} ({state})>"
+
+
+def _checked_options(
+    dsn: object,
+    schema: object,
+    pool_size: object,
+    pool_timeout: object,
+    statement_timeout: object,
+) -> tuple[float, int | None]:
+    """Check ``open``'s arguments; return the pool timeout and the statement timeout in ms."""
+    from agentloopsql._pg_schema import validate_schema
+
+    if not isinstance(dsn, str):
+        raise TypeError(f"dsn must be a str, got {preview(dsn)}")
+    if schema is not None:
+        validate_schema(schema)
+    if not isinstance(pool_size, int) or isinstance(pool_size, bool):
+        raise TypeError(f"pool_size must be an int >= 1, got {preview(pool_size)}")
+    if pool_size < 1:
+        raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
+    timeout = check_seconds(pool_timeout, "pool_timeout")
+    if statement_timeout is None:
+        return timeout, None
+    # the server holds int ms, and 0 means "no limit"
+    statement = check_seconds(
+        statement_timeout, "statement_timeout", minimum=0.001, none_allowed=True
+    )
+    return timeout, round(statement * 1000)
+
+
+async def _fill_or_close(
+    pool: psycopg_pool.ConnectionPool[Any],
+    dsn: str,
+    kwargs: dict[str, Any],
+    size: int,
+    pool_timeout: float,
+) -> None:
+    """Start the pool, wait ``pool_timeout`` for ``size`` connections; close it on failure."""
+    from agentloopsql import _pg_connect as connect
+
+    try:
+        pool.open(wait=False)  # only starts the pool's connecting threads
+        with trio.move_on_after(pool_timeout) as waiting:
+            await connect.fill(pool, dsn, kwargs, size)
+        if waiting.cancelled_caught:
+            raise StoreUnavailableError(
+                f"could not connect to PostgreSQL: {size} connection(s) not ready "
+                f"after {pool_timeout} s (pool_timeout)"
+            )
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(connect.close_pool, pool, kwargs)
+        raise

@@ -240,21 +240,11 @@ class SqliteStore(InlineReads, SqlStoreBase[sqlite3.Connection]):
         raises ``trio.Cancelled``; a migration already under way finishes or
         rolls back whole.
         """
-        if not isinstance(path, str | os.PathLike):
-            raise TypeError(f"path must be a str or os.PathLike, got {preview(path)}")
-        name = os.fspath(path)
-        if not isinstance(name, str):
-            raise TypeError(f"path must name a file as str, got {preview(name)}")
-        if not name:
-            raise ValueError("path must name a file (or be ':memory:'), got ''")
+        name = _checked_path(path)
         if not isinstance(verify, bool):
             raise TypeError(f"verify must be a bool, got {preview(verify)}")
-        if not isinstance(synchronous, str):
-            raise TypeError(f"synchronous must be a str, got {preview(synchronous)}")
-        if synchronous.lower() not in SYNCHRONOUS:
-            raise ValueError(f"synchronous must be one of {SYNCHRONOUS}, got {synchronous!r}")
+        mode = _checked_mode(synchronous)
         timeout = check_seconds(busy_timeout, "busy_timeout")  # SQLite holds int ms
-        mode = synchronous.lower()
         executor = SqliteExecutor(lambda: connect(name, mode, timeout, verify), name, timeout)
         workers = Workers(executor, 1, "SqliteStore")
         try:
@@ -289,3 +279,24 @@ class SqliteStore(InlineReads, SqlStoreBase[sqlite3.Connection]):
 
 def _ready(conn: sqlite3.Connection) -> None:
     """The first job: reaching it proves the connection opened and migrated."""
+
+
+def _checked_path(path: object) -> str:
+    """``path`` as the non-empty ``str`` SQLite opens."""
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"path must be a str or os.PathLike, got {preview(path)}")
+    name = os.fspath(path)
+    if not isinstance(name, str):
+        raise TypeError(f"path must name a file as str, got {preview(name)}")
+    if not name:
+        raise ValueError("path must name a file (or be ':memory:'), got ''")
+    return name
+
+
+def _checked_mode(synchronous: object) -> str:
+    """``synchronous`` as one of :data:`SYNCHRONOUS`, lower case."""
+    if not isinstance(synchronous, str):
+        raise TypeError(f"synchronous must be a str, got {preview(synchronous)}")
+    if synchronous.lower() not in SYNCHRONOUS:
+        raise ValueError(f"synchronous must be one of {SYNCHRONOUS}, got {synchronous!r}")
+    return synchronous.lower()

@@ -113,7 +113,7 @@ class InlineReads:
 
     async def _read(self, fn: Callable[[sqlite3.Connection], R]) -> R:
         reader = self._reader
-        if reader is not None and not self._closed:
+        if reader is not None and not self._closed and not self._workers.dead:
             await trio.lowlevel.checkpoint_if_cancelled()
             found = reader.read(fn)
             if not isinstance(found, _Miss):

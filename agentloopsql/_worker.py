@@ -162,6 +162,11 @@ class Workers(Generic[ConnT]):
         await trio.lowlevel.checkpoint()
         raise StoreError(f"{self._owner}: the call was interrupted; it did not happen")
 
+    @property
+    def dead(self) -> bool:
+        """Whether a worker died: every later :meth:`call` raises the executor's error."""
+        return self._dead is not None
+
     async def close(self) -> None:
         """Run every job queued so far, then end the threads. Idempotent; shielded."""
         with self._cond:
@@ -216,8 +221,8 @@ class Workers(Generic[ConnT]):
             for job in running:
                 if job.result is None:
                     job.result = outcome.Error(self._executor.dead_error(exc))
-            self._hand_back(running)
             self._die(exc)  # every caller gets the error, with exc as its cause
+            self._hand_back(running)  # after: a caller woken now finds the store dead
         finally:
             self._executor.disconnect(state)
 

@@ -14,6 +14,7 @@ from _sql_support import fresh_schema, pg_dsn
 
 from agentloop import FinalizeSummary, RunStep
 from agentloopsql import PostgresStore
+from agentloopsql._jobs import IdempotentWrite, KeyedWrite
 from agentloopsql._pg_ops import PgOps
 from agentloopsql._pg_schema import SCHEMA_VERSION
 
@@ -116,9 +117,10 @@ async def test_group_append_cut_on_client_side_is_stored_once(
 
     def append_group() -> Any:
         return pg._run(
-            lambda conn: ops.append_many(conn, items),
-            write=True,
-            landed=lambda conn: ops.append_landed(conn, "s0", 1000),
+            KeyedWrite(
+                lambda conn: ops.append_many(conn, items),
+                lambda conn: ops.append_landed(conn, "s0", 1000),
+            )
         )
 
     await race_lost_attempt(pg, dsn, proxy, "steps", append_group)
@@ -155,7 +157,7 @@ async def test_repeated_append_key_is_a_no_op(dsn: str) -> None:
                 ops.append(conn, first, 7)
                 ops.append_many(conn, [(first, 7), (second, 8)])
 
-        await pg._run(twice, write=True)
+        await pg._run(IdempotentWrite(twice))
         await pg.append(RunStep("s", 0, "user", content="c"))  # same index, new append
         assert [(s.step_index, s.content) for s in await pg.all("s")] == [
             (0, "a"),
@@ -192,7 +194,7 @@ async def test_version_2_with_duplicates_migrates(dsn: str) -> None:
             assert version == [(SCHEMA_VERSION,)]
             ops = cast("PgOps", pg._ops)
             await pg._run(
-                lambda c: ops.append(c, RunStep("s", 1, "user", content="x"), 2), write=True
+                IdempotentWrite(lambda c: ops.append(c, RunStep("s", 1, "user", content="x"), 2))
             )
             assert len(await pg.all("s")) == 4
 

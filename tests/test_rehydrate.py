@@ -6,6 +6,7 @@ import json
 
 from agentloop import CompactionCheckpoint, Message, RunStep, StepType, ToolCall
 from agentloop._rehydrate import (
+    Conversation,
     latest_checkpoint,
     next_step_index,
     replay,
@@ -128,6 +129,45 @@ class TestReplay:
         """Next index is the last stored step's index + 1, or 0."""
         assert next_step_index([]) == 0
         assert next_step_index([step(7, "user"), step(3, "user")]) == 4
+
+
+class TestSummarized:
+    """The compacting run's view and the next run's replay are one rule."""
+
+    HISTORY = (
+        summary(0, "earlier summary", 1),
+        step(1, "user", "q1"),
+        *call_steps(2, ToolCall("c1", "add", "{}"), "r1", text="thinking"),
+        *call_steps(4, ToolCall("c2", "add", "{}"), "r2"),
+        step(6, "response", "a1"),
+        step(7, "user", "q2"),
+    )
+
+    def test_every_cut_shows_what_replay_will(self) -> None:
+        """For each retained_from, summarized() equals replay of the steps plus the summary."""
+        base = Conversation.replayed(self.HISTORY)
+        for retained_from in range(len(base.messages) + 1):
+            retain, seen = base.summarized("new summary", retained_from, 8)
+            stored = [*self.HISTORY, summary(8, "new summary", retain)]
+            assert seen == Conversation.replayed(stored), retained_from
+
+    def test_earlier_summary_is_superseded_even_when_nothing_is_summarized(self) -> None:
+        """retained_from=0 drops the leading summary; the checkpoint keeps its first step."""
+        base = Conversation.replayed(self.HISTORY)
+        retain, seen = base.summarized("new", 0, 8)
+        assert retain == 1
+        assert [m.role for m in seen.messages[:2]] == ["system", "user"]
+        assert seen.messages[0].content == "new"
+
+    def test_tool_messages_cut_from_their_call_are_dropped(self) -> None:
+        """Cutting between a call and its result keeps neither (replay drops the result too)."""
+        base = Conversation.replayed(self.HISTORY)
+        roles = [m.role for m in base.messages]
+        first_tool = roles.index("tool")
+        retain, seen = base.summarized("new", first_tool, 8)
+        assert retain == base.sources[first_tool]
+        assert seen.messages[1] == base.messages[first_tool + 1]
+        assert seen.messages[1].role == "assistant"
 
 
 class TestRecordingFormat:

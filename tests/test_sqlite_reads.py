@@ -138,7 +138,9 @@ class TestTrustedRows:
     @given(
         values=st.fixed_dictionaries(
             {
-                "step_index": st.one_of(st.integers(-3, 2**31 + 3), st.floats(), st.text()),
+                "step_index": st.one_of(
+                    st.integers(-3, 2**31 + 3), st.floats(allow_nan=False), st.text()
+                ),
                 "step_type": st.one_of(st.sampled_from([*StepType, "USER", "x"]), st.binary()),
                 "content": st.one_of(st.text(), st.binary(), st.integers(-9, 9)),
                 "tool_args": st.one_of(

@@ -1,0 +1,242 @@
+"""What a run has written and how it ends: counters, appends, finalize and the failure paths.
+
+This is "Failure handling in one place" of ``docs/decisions.md``: every flag
+that decides whether (and with which status) a failing run is finalized lives
+here, next to the normal finalize.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import trio
+
+from agentloop._config import RunResult
+from agentloop._describe import describe
+from agentloop._errors import StoreError
+from agentloop._events import Event, Finalized, LoopWarning, StepAppended
+from agentloop._types import FinalizeSummary, RunStatus, RunStep, StepType
+from agentloop._validate import INT32_MAX
+
+if TYPE_CHECKING:
+    from agentloop._config import LoopConfig
+    from agentloop._memory import WorkingMemory
+    from agentloop._run_stores import RunStores
+
+
+def _ms(seconds: float) -> int:
+    return min(max(int(seconds * 1000), 0), INT32_MAX)
+
+
+def _int32(value: int) -> int:
+    return min(value, INT32_MAX)
+
+
+class RunRecord:
+    """The steps, tokens and final status one run records, on success and on failure."""
+
+    def __init__(
+        self,
+        stores: RunStores,
+        config: LoopConfig,
+        memory: WorkingMemory,
+        emit: Callable[[Event], None],
+    ) -> None:
+        self._stores = stores
+        self._config = config
+        self._memory = memory
+        self._emit = emit
+        self.started = trio.current_time()
+        self.steps_appended = 0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.next_index = 0
+        self._history_loaded = False  # last_n returned: the next step index is known
+        self._get_failed = False  # a failed get writes nothing, finalize included
+        self._finalized = False
+        self._failure_status: RunStatus | None = None  # the timeout path sets ``timeout``
+        self._finalize_tried: RunStatus | None = None  # the status of the last finalize tried
+        self._record_deadline: float | None = None  # the one bound of the timeout path
+        self._gave_up = False  # the timeout path ran out of its bound: record nothing more
+
+    # -- while the run goes on -------------------------------------------------------------
+
+    def get_failed(self) -> None:
+        """The session could not be read: the run ends without writing anything."""
+        self._get_failed = True
+
+    def history_loaded(self, next_index: int) -> None:
+        """``last_n`` returned: steps are appended from ``next_index`` on."""
+        self.next_index = next_index
+        self._history_loaded = True
+
+    def add_tokens(self, prompt: int, completion: int) -> None:
+        """Count a model call's (or a compaction's) tokens toward the run."""
+        self.prompt_tokens += prompt
+        self.completion_tokens += completion
+
+    async def append(
+        self,
+        kind: StepType,
+        content: str = "",
+        tool_args: str = "{}",
+        *,
+        seconds: float = 0.0,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+    ) -> int:
+        """Append the run's next step and return its index.
+
+        Raises:
+            StoreError: the append failed, or the session already holds a step
+                at the last index a step can have (``INT32_MAX``).
+        """
+        if self.next_index > INT32_MAX:
+            raise StoreError(
+                f"append failed for session {self._stores.session_id!r}: the session's last "
+                f"step_index is {INT32_MAX}, the largest a step can have (int32); "
+                f"no step can be appended"
+            )
+        step = RunStep(
+            session_id=self._stores.session_id,
+            step_index=self.next_index,
+            step_type=kind,
+            content=content,
+            tool_args=tool_args,
+            duration_ms=_ms(seconds),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+        )
+        await self._stores.append(step)
+        self.next_index += 1
+        self.steps_appended += 1
+        self._emit(StepAppended(step))
+        return step.step_index
+
+    # -- the end -----------------------------------------------------------------------------
+
+    def run_deadline(self) -> float:
+        """When ``run_timeout`` expires (``inf`` without one)."""
+        if self._config.run_timeout is None:
+            return math.inf
+        return self.started + self._config.run_timeout
+
+    def _summary(self, status: RunStatus) -> FinalizeSummary:
+        return FinalizeSummary(
+            status=status,
+            prompt_tokens=_int32(self.prompt_tokens),
+            completion_tokens=_int32(self.completion_tokens),
+            step_count=_int32(self.steps_appended),
+            duration_ms=_ms(trio.current_time() - self.started),
+            data_bytes_carried=self._memory.bytes_carried,
+        )
+
+    async def finish(self, status: RunStatus, text: str) -> RunResult:
+        """``finalize(status)`` and the caller's result.
+
+        Raises:
+            StoreError: the finalize failed.
+        """
+        summary = self._summary(status)
+        self._finalize_tried = status
+        await self._stores.finalize(summary)
+        self._announce_finalized(summary)
+        return RunResult(
+            status=status,
+            text=text,
+            steps=summary.step_count,
+            prompt_tokens=summary.prompt_tokens,
+            completion_tokens=summary.completion_tokens,
+            duration_ms=summary.duration_ms,
+        )
+
+    async def record_timeout(self) -> RunResult:
+        """Append the ``error`` step and ``finalize(timeout)`` within one ``finalize_timeout``.
+
+        Raises:
+            StoreError: the bound expired; the message names the operation that
+                was running and the session, ``__cause__`` is ``trio.TooSlowError``.
+                No second attempt is made.
+        """
+        self._failure_status = RunStatus.timeout
+        self._record_deadline = trio.current_time() + self._config.finalize_timeout
+        operation = "finalize"
+        try:
+            with trio.fail_at(self._record_deadline):
+                if self._history_loaded:  # else the next step index is unknown: record no step
+                    operation = "append"
+                    await self.append(
+                        StepType.error, f"run_timeout expired after {self._config.run_timeout}s"
+                    )
+                    operation = "finalize"
+                return await self.finish(RunStatus.timeout, "")
+        except trio.TooSlowError as exc:
+            self._gave_up = True
+            raise StoreError(
+                f"{operation} failed for session {self._stores.session_id!r}: recording the "
+                f"run_timeout did not finish within finalize_timeout "
+                f"({self._config.finalize_timeout}s); the run is not finalized"
+            ) from exc
+
+    async def abort(self, exc: BaseException) -> None:
+        """Best-effort, shielded and bounded ``finalize`` for a run that is raising ``exc``.
+
+        Status ``cancelled`` when the run is being cancelled, else ``timeout``
+        on the timeout path, else ``error``. Nothing is written after a failed
+        ``get``, after a finalize, after the timeout path ran out of its bound,
+        or when a finalize with this same status was already tried. The bound
+        is ``finalize_timeout`` from now, or what is left of the bound the
+        timeout path already started (a run is never recorded for longer than
+        one ``finalize_timeout``). A finalize abandoned at the bound, or one
+        that fails, is reported as a ``LoopWarning``: ``exc`` still wins.
+        """
+        if self._get_failed:
+            return
+        cancelled = (
+            isinstance(exc, trio.Cancelled) or trio.current_effective_deadline() == -math.inf
+        )
+        status = RunStatus.cancelled if cancelled else (self._failure_status or RunStatus.error)
+        if self._finalized or self._gave_up or status is self._finalize_tried:
+            return
+        bound = self._record_deadline
+        if bound is None:
+            bound = trio.current_time() + self._config.finalize_timeout
+        with trio.CancelScope(shield=True), trio.move_on_at(bound) as scope:
+            summary = self._summary(status)
+            self._finalize_tried = status
+            # The exception already propagating matters more than these: warnings only.
+            try:
+                await self._stores.finalize(summary)
+            except StoreError as failure:
+                self.warn(f"finalize({status}) failed: {describe(failure.__cause__ or failure)}")
+            else:
+                self._announce_finalized(summary)
+        if scope.cancelled_caught:
+            self.warn(
+                f"finalize({status}) abandoned after {self._config.finalize_timeout}s "
+                f"(finalize_timeout)"
+            )
+
+    def _announce_finalized(self, summary: FinalizeSummary) -> None:
+        """Mark the run finalized and emit ``Finalized``, which can no longer fail the run.
+
+        ``Finalized`` follows the run's last write: an ``on_event`` error there
+        is reported as a ``LoopWarning``, so the caller's result (or exception)
+        always matches the status the store holds.
+        """
+        self._finalized = True
+        try:
+            self._emit(Finalized(self._stores.session_id, summary))
+        except Exception as exc:
+            self.warn(
+                f"on_event raised on Finalized: {describe(exc)}; "
+                f"the run stays recorded as {summary.status}"
+            )
+
+    def warn(self, message: str) -> None:
+        """Emit a ``LoopWarning`` from a failure path, where ``on_event`` may not raise."""
+        with contextlib.suppress(Exception):
+            self._emit(LoopWarning(self._stores.session_id, message))

@@ -1,0 +1,76 @@
+"""The one seam between a run and its stores: every call named, every failure a ``StoreError``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from agentloop._describe import describe_message
+from agentloop._errors import StoreError
+
+if TYPE_CHECKING:
+    from agentloop._protocols import SessionStore, StepStore
+    from agentloop._types import FinalizeSummary, RunStep, Session
+
+
+class RunStores:
+    """The store calls of one run on ``session_id``, each named for its failure message.
+
+    This is the only place a run touches a store. A run that must write
+    through another view of the stores (e.g. a fenced one) is handed a
+    ``RunStores`` built on that view; nothing else changes.
+
+    Every method raises ``StoreError("<operation> failed for session '<id>':
+    <Type>: <message>")`` for any exception of the store, with that exception
+    as ``__cause__``; cancellation propagates unchanged.
+    """
+
+    __slots__ = ("session_id", "sessions", "steps")
+
+    def __init__(self, steps: StepStore, sessions: SessionStore, session_id: str) -> None:
+        self.steps = steps
+        self.sessions = sessions
+        self.session_id = session_id
+
+    def _failed(self, operation: str, exc: Exception) -> StoreError:
+        return StoreError(
+            f"{operation} failed for session {self.session_id!r}: {describe_message(exc)}"
+        )
+
+    # Each method catches on its own (no shared wrapper coroutine): these calls are
+    # the loop's hottest path, and an extra await layer per call shows in the bench.
+
+    async def get(self) -> Session:
+        """The session (a fresh one when the store has none)."""
+        try:
+            return await self.sessions.get(self.session_id)
+        except Exception as exc:
+            raise self._failed("get", exc) from exc
+
+    async def last_n(self, count: int) -> Sequence[RunStep]:
+        """The last ``count`` steps, oldest first."""
+        try:
+            return await self.steps.last_n(self.session_id, count)
+        except Exception as exc:
+            raise self._failed("last_n", exc) from exc
+
+    async def append(self, step: RunStep) -> None:
+        """Append ``step`` (already built for this session)."""
+        try:
+            await self.steps.append(step)
+        except Exception as exc:
+            raise self._failed("append", exc) from exc
+
+    async def update_data(self, data: str) -> None:
+        """Replace the session's working memory with the JSON text ``data``."""
+        try:
+            await self.sessions.update_data(self.session_id, data)
+        except Exception as exc:
+            raise self._failed("update_data", exc) from exc
+
+    async def finalize(self, summary: FinalizeSummary) -> None:
+        """Record the end of the run."""
+        try:
+            await self.sessions.finalize(self.session_id, summary)
+        except Exception as exc:
+            raise self._failed("finalize", exc) from exc
