@@ -268,9 +268,10 @@ class SqliteStore(InlineReads, SqlStoreBase[sqlite3.Connection]):
         **Cancellation handling**: shielded; once called, the store ends closed.
         """
         self._closed = True
-        await self._workers.close()
         if self._reader is not None:
+            # First: the writer, closing last, checkpoints the WAL and removes -wal/-shm.
             self._reader.close()
+        await self._workers.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"

@@ -102,6 +102,10 @@ NEVER_VALID = [
 ]
 
 
+def wal_files(path: str) -> list[str]:
+    return [name for name in (f"{path}-wal", f"{path}-shm") if Path(name).exists()]
+
+
 class TestTrustedRows:
     @pytest.mark.parametrize(("column", "bad"), NEVER_VALID)
     def test_row_never_valid_is_refused(
@@ -297,3 +301,11 @@ class TestInlineReads:
             assert memory._reader is None
             await memory.append(RunStep("s", 0, "user"))
             assert len(await memory.last_n("s", 5)) == 1
+
+    async def test_close_leaves_no_wal_behind(self, db: str) -> None:
+        """The read-only connection closes first, so the writer still checkpoints and tidies up."""
+        store = await SqliteStore.open(db)
+        await store.append(RunStep("s", 0, "user"))
+        assert len(await store.last_n("s", 1)) == 1
+        await store.aclose()
+        assert not wal_files(db)
