@@ -232,7 +232,9 @@ class TestLoopOnLockedStore:
                         result = await loop.run("s", "hi")
 
                     nursery.start_soon(run)
-                    await trio.sleep(1.0)
+                    # Past run_timeout and the first append's busy_timeout, well
+                    # before the recording's: 0.5 + 0.8 s.
+                    await trio.sleep(0.9)
                     release(other)
                 elapsed = time.monotonic() - started
             assert result is not None
