@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 import threading
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from pathlib import Path
 
 import pytest
 import trio
@@ -243,3 +247,23 @@ class TestFencedRevisions:
         assert isinstance(view, SupportsRevisions)
         with trio.testing.assert_checkpoints():
             await view.update_data_if("s", None, 0)
+
+
+def test_readme_example_runs() -> None:
+    """The README's revision example runs and prints what its comments say."""
+    readme = Path(__file__).resolve().parent.parent / "README.md"
+    section = readme.read_text(encoding="utf-8").split("### Batches and revision-checked", 1)[1]
+    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert match is not None, "the section has no python code block"
+    code = match.group(1)
+    expected = re.findall(r"print\(.*\)  # (.*)$", code, re.MULTILINE)
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code],
+        cwd=readme.parent,  # this checkout's packages, not an installed copy
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == expected
+    assert expected[0] == "stale"
