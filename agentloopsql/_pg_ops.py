@@ -33,6 +33,8 @@ _UNTIL = "now() + make_interval(secs => %(ttl)s)"
 
 R = TypeVar("R")
 
+_ROWS_PER_STATEMENT = 5_000  # 11 parameters a row, at most 65,535 a statement
+
 _QUERIES = {
     # A row whose (session_id, append_key) is already stored is the same append
     # (a retry racing its lost attempt): skipped, so no append is stored twice.
@@ -189,7 +191,19 @@ class PgOps:
         conn.execute(self.q["append"], step_params(step, key))
 
     def append_many(self, conn: Conn, items: list[tuple[RunStep, int]]) -> None:
-        """All of ``items`` in one multi-row INSERT: one statement, all rows or none, in order."""
+        """All of ``items`` in one multi-row INSERT: one statement, all rows or none, in order.
+
+        Past ``_ROWS_PER_STATEMENT`` rows (a statement takes at most 65,535
+        parameters) the rows go in several statements inside one transaction.
+        """
+        if len(items) > _ROWS_PER_STATEMENT:
+            with conn.transaction():
+                for start in range(0, len(items), _ROWS_PER_STATEMENT):
+                    self._insert_rows(conn, items[start : start + _ROWS_PER_STATEMENT])
+            return
+        self._insert_rows(conn, items)
+
+    def _insert_rows(self, conn: Conn, items: list[tuple[RunStep, int]]) -> None:
         query = self._many.get(len(items))
         if query is None:
             head, _, row = self.q["append"].partition(" VALUES ")

@@ -41,6 +41,14 @@ async def test_stores_have_the_capabilities(sql_target: SqlTarget, tmp_path: Pat
                 assert isinstance(obj, protocol), (obj, protocol)
 
 
+async def test_batch_past_one_statement(sql_target: SqlTarget, tmp_path: Path) -> None:
+    """A batch past one PostgreSQL statement (65,535 parameters) is stored whole, in order."""
+    async with open_sql_store(sql_target, tmp_path / "b.db", pool_size=2) as store:
+        batch = [step(i) for i in range(6_100)]
+        await store.append_many(batch)
+        assert await store.all("s") == batch
+
+
 async def test_lost_lease_batch_fails_alone_in_group_commit(
     sql_target: SqlTarget, tmp_path: Path
 ) -> None:
