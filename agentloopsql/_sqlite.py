@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 
@@ -14,6 +15,7 @@ from agentloopsql import _sqlite_rows as _rows
 from agentloopsql._base import SqlStoreBase
 from agentloopsql._jobs import Read
 from agentloopsql._sqlite_exec import SqliteExecutor
+from agentloopsql._sqlite_lease import SqliteLeaseOps
 from agentloopsql._sqlite_reader import InlineReader, InlineReads
 from agentloopsql._sqlite_schema import SYNCHRONOUS, connect
 from agentloopsql._worker import Workers
@@ -25,7 +27,15 @@ _STEP_COLUMNS = (
 _INSERT_STEP = f"INSERT INTO steps ({_STEP_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _LAST_N = f"SELECT {_rows.READ_COLUMNS} FROM steps WHERE session_id = ? ORDER BY seq DESC LIMIT ?"
 _ALL = f"SELECT {_rows.READ_COLUMNS} FROM steps WHERE session_id = ? ORDER BY seq"
-_NEXT_WRITE = "(SELECT coalesce(max(write_seq), 0) + 1 FROM sessions)"
+# Above every write_seq stored and every deleted session's (so revisions never repeat).
+_NEXT_WRITE = (
+    "(SELECT max(coalesce((SELECT max(write_seq) FROM sessions), 0), "
+    "coalesce((SELECT max(revision) FROM revision_floors), 0)) + 1)"
+)
+_REVISION = (
+    "SELECT coalesce((SELECT write_seq FROM sessions WHERE id = ?1), "
+    "(SELECT revision FROM revision_floors WHERE session_id = ?1), 0)"
+)
 _FINAL = ", ".join(_codec.FINAL_COLUMNS)
 
 
@@ -44,7 +54,7 @@ def step_params(step: RunStep) -> tuple[object, ...]:
     )
 
 
-class SqliteOps:
+class SqliteOps(SqliteLeaseOps):
     """The SQL of every operation; each runs inside the connection thread's transaction."""
 
     def append(self, conn: sqlite3.Connection, step: RunStep, key: int) -> None:
@@ -130,9 +140,39 @@ class SqliteOps:
         ]
 
     def delete_session(self, conn: sqlite3.Connection, session_id: str) -> bool:
+        conn.execute(
+            "INSERT INTO revision_floors (session_id, revision) "
+            "SELECT id, write_seq FROM sessions WHERE id = ? "
+            "ON CONFLICT (session_id) DO UPDATE SET revision = excluded.revision",
+            (session_id,),
+        )
         steps = conn.execute("DELETE FROM steps WHERE session_id = ?", (session_id,)).rowcount
         rows = conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount
         return steps + rows > 0
+
+    def get_many(self, conn: sqlite3.Connection, session_ids: list[str]) -> dict[str, Session]:
+        rows = conn.execute(
+            "SELECT id, model, system_prompt, data FROM sessions "
+            "WHERE id IN (SELECT value FROM json_each(?))",
+            (json.dumps(session_ids),),
+        ).fetchall()
+        return {
+            sid: Session(id=sid, model=model, system_prompt=prompt, data=data)
+            for sid, model, prompt, data in rows
+        }
+
+    def revision(self, conn: sqlite3.Connection, session_id: str) -> int:
+        return int(conn.execute(_REVISION, (session_id,)).fetchone()[0])
+
+    def update_data_if(
+        self, conn: sqlite3.Connection, session_id: str, snapshot: str | None, revision: int
+    ) -> tuple[bool, int]:
+        # One transaction on the store's one write connection: nothing lands between.
+        current = self.revision(conn, session_id)
+        if current != revision:
+            return False, current
+        self.update_data(conn, session_id, snapshot)
+        return True, self.revision(conn, session_id)
 
 
 _OPS = SqliteOps()
@@ -143,7 +183,12 @@ class SqliteStore(InlineReads, SqlStoreBase[sqlite3.Connection]):
 
     Open with ``await SqliteStore.open(path)``. Implements both protocols and
     every optional capability (``put``, ``final``, ``all``, ``list_sessions``,
-    ``delete_session``, ``aclose``); also an async context manager.
+    ``delete_session``, ``aclose``, session leases with ``fenced`` views);
+    also an async context manager.
+
+    **Leases** hold across every handle and process on the file: each lease
+    call and each fenced write is one ``BEGIN IMMEDIATE`` transaction (the
+    file's write lock), and expiry is judged on this machine's clock.
 
     One dedicated thread owns the store's ``sqlite3`` connection (WAL journal,
     a busy timeout so processes sharing the file wait for each other). Writes
