@@ -7,9 +7,17 @@ model and tool seams.
 
 from __future__ import annotations
 
+from agentloop._batch import append_all, get_all
 from agentloop._compaction import Compaction, Compactor
 from agentloop._config import LoopConfig, RunResult
-from agentloop._errors import StoreClosedError, StoreError, StoreUnavailableError
+from agentloop._errors import (
+    LeaseLostError,
+    RevisionConflictError,
+    SessionBusyError,
+    StoreClosedError,
+    StoreError,
+    StoreUnavailableError,
+)
 from agentloop._events import (
     Compacted,
     Event,
@@ -19,6 +27,7 @@ from agentloop._events import (
     RunStarted,
     StepAppended,
 )
+from agentloop._lease import Lease, SupportsLease
 from agentloop._loop import Loop
 from agentloop._model import (
     Message,
@@ -34,10 +43,13 @@ from agentloop._protocols import (
     StepStore,
     SupportsAclose,
     SupportsAll,
+    SupportsAppendMany,
     SupportsDeleteSession,
     SupportsFinal,
+    SupportsGetMany,
     SupportsListSessions,
     SupportsPut,
+    SupportsRevisions,
 )
 from agentloop._tools import Tool, ToolContext, tool
 from agentloop._types import (
@@ -60,6 +72,8 @@ __all__ = [
     "EventCollector",
     "FinalizeSummary",
     "Finalized",
+    "Lease",
+    "LeaseLostError",
     "Loop",
     "LoopConfig",
     "LoopWarning",
@@ -67,12 +81,14 @@ __all__ = [
     "Model",
     "ModelReply",
     "ModelRequest",
+    "RevisionConflictError",
     "RunResult",
     "RunStarted",
     "RunStatus",
     "RunStep",
     "ScriptedModel",
     "Session",
+    "SessionBusyError",
     "SessionInfo",
     "SessionStore",
     "StepAppended",
@@ -83,14 +99,20 @@ __all__ = [
     "StoreUnavailableError",
     "SupportsAclose",
     "SupportsAll",
+    "SupportsAppendMany",
     "SupportsDeleteSession",
     "SupportsFinal",
+    "SupportsGetMany",
+    "SupportsLease",
     "SupportsListSessions",
     "SupportsPut",
+    "SupportsRevisions",
     "Tool",
     "ToolCall",
     "ToolContext",
     "ToolSpec",
+    "append_all",
+    "get_all",
     "tool",
     "validate_json",
     "validate_n",

@@ -16,6 +16,8 @@ INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 SESSION_ID_MAX_BYTES = 1024
 """The longest session id, in UTF-8 bytes (DESIGN §1): every store indexes ids this long."""
+OWNER_MAX_BYTES = 256
+"""The longest lease owner, in UTF-8 bytes: host, pid and a run id fit with room to spare."""
 SECONDS_MAX = INT32_MAX / 1000
 """The longest duration any seconds argument accepts: 2**31 - 1 ms (~24.8 days).
 
@@ -95,6 +97,26 @@ def validate_session_id(value: object, field: str = "session_id") -> str:
             f"got {size} bytes: {preview(text)}"
         )
     return text
+
+
+def validate_owner(value: object, field: str = "owner") -> str:
+    """Check a lease owner: a non-empty ``str`` of at most 256 UTF-8 bytes, without NUL.
+
+    Raises:
+        TypeError: ``value`` is not a ``str``.
+        ValueError: ``value`` is empty, too long, or holds NUL or a lone surrogate.
+    """
+    check_text(value, field, allow_nul=False)
+    assert isinstance(value, str)
+    if not value:
+        raise ValueError(f"{field} must be a non-empty str, got ''")
+    size = len(value.encode("utf-8"))
+    if size > OWNER_MAX_BYTES:
+        raise ValueError(
+            f"{field} must be at most {OWNER_MAX_BYTES} UTF-8 bytes, "
+            f"got {size} bytes: {preview(value)}"
+        )
+    return value
 
 
 def check_int(value: object, field: str, *, minimum: int = 0, maximum: int = INT32_MAX) -> int:

@@ -26,3 +26,24 @@ class StoreUnavailableError(StoreError):
         self.cause = cause
         if cause is not None:
             self.__cause__ = cause
+
+
+class LeaseLostError(StoreError):
+    """The session's lease was acquired by another owner since this lease was granted.
+
+    Raised by a write through ``fenced(lease)`` (which then changed nothing) and
+    by ``renew_lease`` (also for a lease its holder released). The holder is no
+    longer the session's only writer and must stop writing to it.
+    """
+
+
+class SessionBusyError(StoreError):
+    """Another owner kept the session's lease for the whole wait; nothing was written."""
+
+
+class RevisionConflictError(StoreError):
+    """``update_data_if`` named a revision that is no longer the session's; nothing changed.
+
+    Another write reached the session since the caller read its revision. Read
+    the session and its revision again, merge, and retry.
+    """

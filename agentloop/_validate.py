@@ -2,7 +2,7 @@
 
 Every check of a field or argument lives here (in :mod:`agentloop._checks`,
 with their attrs form in :mod:`agentloop._fields`): text, key text, names,
-session ids, int32/int64, seconds, JSON text and values, enum members. Each
+session ids, lease owners, int32/int64, seconds, JSON text and values, enum members. Each
 raises ``TypeError`` for the wrong type, then ``ValueError`` for a bad value,
 with a message naming the field, the rule and at most ~60 characters of the
 value (:func:`preview`).
@@ -16,10 +16,12 @@ This is the one private module of ``agentloop`` that its sibling packages
 else they use is a public ``agentloop`` name.
 """
 
+from agentloop._batch_checks import check_revision, check_session_ids, check_steps
 from agentloop._checks import (
     INT32_MAX,
     INT64_MAX,
     JSON_DEPTH_MAX,
+    OWNER_MAX_BYTES,
     SECONDS_MAX,
     SESSION_ID_MAX_BYTES,
     check_int,
@@ -31,6 +33,7 @@ from agentloop._checks import (
     preview,
     validate_json,
     validate_n,
+    validate_owner,
     validate_session_id,
 )
 from agentloop._fields import (
@@ -60,13 +63,17 @@ __all__ = [
     "INT32_MAX",
     "INT64_MAX",
     "JSON_DEPTH_MAX",
+    "OWNER_MAX_BYTES",
     "SECONDS_MAX",
     "SESSION_ID_MAX_BYTES",
     "Validator",
     "aware_datetime",
     "check_int",
     "check_json_value",
+    "check_revision",
     "check_seconds",
+    "check_session_ids",
+    "check_steps",
     "check_text",
     "has_lone_surrogate",
     "int32",
@@ -91,5 +98,6 @@ __all__ = [
     "tuple_of",
     "validate_json",
     "validate_n",
+    "validate_owner",
     "validate_session_id",
 ]

@@ -6,11 +6,16 @@ development, and as a stub while an application's real schema is designed.
 **Never a system of record.** Everything lives in this process's memory: it is
 gone when the process exits or the store is closed, and no other process can
 see it. Use ``agentloopsql`` for state that must survive.
+
+Leases (``SessionStore.acquire_lease`` and ``fenced``) make one owner the only
+writer of a session among the tasks and threads of this process; a
+``SessionStore(steps=step_store)`` fences that step store's appends too.
 """
 
 from __future__ import annotations
 
+from agentloopmem._fenced import FencedSessionStore, FencedStore
 from agentloopmem._sessions import SessionStore
 from agentloopmem._steps import StepStore
 
-__all__ = ["SessionStore", "StepStore"]
+__all__ = ["FencedSessionStore", "FencedStore", "SessionStore", "StepStore"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 import attrs
@@ -12,14 +12,17 @@ import trio
 
 from agentloop import (
     FinalizeSummary,
+    Lease,
     Session,
     SessionInfo,
     validate_json,
     validate_n,
     validate_session_id,
 )
-from agentloop._validate import preview, trusted_builder
-from agentloopmem._base import MemoryStoreBase
+from agentloop._validate import check_session_ids, preview, trusted_builder
+from agentloopmem._fenced import FencedSessionStore, FencedStore
+from agentloopmem._revisions import RevisionMethods
+from agentloopmem._steps import StepStore
 
 _trusted_session = trusted_builder(Session)  # for data already checked outside the lock
 
@@ -44,30 +47,42 @@ def _system_clock() -> datetime:
     return datetime.now(UTC)
 
 
-class SessionStore(MemoryStoreBase):
+class SessionStore(RevisionMethods):
     """Sessions kept in a dict; safe from trio tasks and OS threads.
 
     Implements ``SessionStore`` and every optional capability: ``put``,
-    ``final``, ``list_sessions``, ``delete_session``, ``aclose``. ``clock``
-    (a zero-argument callable returning an aware ``datetime``) stamps
-    ``created_at``/``updated_at`` for ``list_sessions``; it defaults to UTC
-    wall-clock time. ``list_sessions`` orders by write recency, so a clock that
-    ties or steps backwards cannot reorder it.
+    ``final``, ``list_sessions``, ``delete_session``, ``aclose``, leases
+    (``SupportsLease``), ``get_many`` and revisions (``SupportsRevisions``).
+    ``clock`` (a zero-argument callable returning an aware ``datetime``) stamps
+    ``created_at``/``updated_at`` for ``list_sessions`` and judges lease expiry;
+    it defaults to UTC wall-clock time. ``list_sessions`` orders by write
+    recency, so a clock that ties or steps backwards cannot reorder it.
+
+    ``steps``: the in-memory ``StepStore`` the session writes of the same runs
+    go with. When given, ``fenced(lease)`` also fences appends to it; without
+    it, appends are not fenced (see :meth:`fenced`).
 
     **Cancellation**: a cancelled call raises before touching the store; a call
     that returns normally has fully happened and has yielded once.
     """
 
-    def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
+    def __init__(
+        self, clock: Callable[[], datetime] | None = None, *, steps: StepStore | None = None
+    ) -> None:
         super().__init__()
         if clock is not None and not callable(clock):
             raise TypeError(f"clock must be a callable returning a datetime, got {preview(clock)}")
+        if steps is not None and not isinstance(steps, StepStore):
+            raise TypeError(f"steps must be an agentloopmem.StepStore, got {preview(steps)}")
+        self._steps = steps
         self._clock = clock if clock is not None else _system_clock
         self._records: dict[str, _Record] = {}
         self._write_seq = itertools.count()
 
     def _clear(self) -> None:
         self._records.clear()
+        self._leases.clear()
+        self._revisions.clear()
 
     def _now(self) -> datetime:
         """The clock's time in UTC; called outside the lock, since the clock is user code."""
@@ -78,8 +93,22 @@ class SessionStore(MemoryStoreBase):
             raise ValueError(f"clock must return a timezone-aware datetime, got {preview(now)}")
         return now.astimezone(UTC)
 
-    def _write(self, session_id: str, now: datetime) -> _Record:
-        """The record to write into, created on first write; call with the lock held."""
+    def _write(
+        self, session_id: str, now: datetime, fence: Lease | None, expected: int | None = None
+    ) -> _Record:
+        """The record to write into, created on first write, its revision bumped; call
+        with the lock held.
+
+        Raises ``LeaseLostError`` first, changing nothing, if ``fence`` covers the
+        session and its lease was acquired again since; then
+        ``RevisionConflictError`` if ``expected`` is given and is not the
+        session's revision.
+        """
+        if fence is not None and fence.session_id == session_id:
+            self._leases.check_fence(fence)
+        if expected is not None:
+            self._revisions.check(session_id, expected)
+        self._revisions.bump(session_id)
         seq = next(self._write_seq)
         record = self._records.get(session_id)
         if record is None:
@@ -105,6 +134,28 @@ class SessionStore(MemoryStoreBase):
         await trio.lowlevel.cancel_shielded_checkpoint()
         return record.session if record is not None else Session(id=session_id)
 
+    async def get_many(self, session_ids: Sequence[str]) -> list[Session]:
+        """One session per id, in the order asked (duplicates too), read under one lock
+        hold; an unknown id gives ``Session(id)``. Creates nothing.
+
+        Raises:
+            TypeError, ValueError: ``session_ids`` is not a sequence of session
+                ids (the message names the position of the first bad one).
+            StoreClosedError: the store was closed.
+        """
+        ids = check_session_ids(session_ids)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        with self._lock:
+            self._check_open()
+            records = self._records
+            found = [records.get(session_id) for session_id in ids]
+            sessions = [record.session if record is not None else None for record in found]
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return [
+            session if session is not None else _trusted_session(session_id)
+            for session, session_id in zip(sessions, ids, strict=True)
+        ]
+
     async def exists(self, session_id: str) -> bool:
         """Whether a write (``put``, ``update_data``, ``finalize``) brought the session into being.
 
@@ -127,6 +178,17 @@ class SessionStore(MemoryStoreBase):
             ValueError: ``snapshot`` is not JSON text; nothing is written.
             StoreClosedError: the store was closed.
         """
+        await self._update_data(session_id, snapshot, None)
+
+    async def _update_data(
+        self,
+        session_id: str,
+        snapshot: str | None,
+        fence: Lease | None,
+        expected: int | None = None,
+    ) -> int:
+        """Write the data (if the session is at revision ``expected``, when given); the
+        new revision."""
         validate_session_id(session_id)
         if snapshot is not None:
             if not isinstance(snapshot, str):
@@ -137,12 +199,14 @@ class SessionStore(MemoryStoreBase):
         now = self._now()
         with self._lock:
             self._check_open()
-            record = self._write(session_id, now)
+            record = self._write(session_id, now, fence, expected)
             session = record.session
             record.session = _trusted_session(
                 session.id, session.model, session.system_prompt, snapshot
             )
+            revision = self._revisions.current(session_id)
         await trio.lowlevel.cancel_shielded_checkpoint()
+        return revision
 
     async def finalize(self, session_id: str, summary: FinalizeSummary) -> None:
         """Record ``summary`` as the session's latest run; data is kept.
@@ -151,6 +215,11 @@ class SessionStore(MemoryStoreBase):
             TypeError: ``summary`` is not a ``FinalizeSummary``.
             StoreClosedError: the store was closed.
         """
+        await self._finalize(session_id, summary, None)
+
+    async def _finalize(
+        self, session_id: str, summary: FinalizeSummary, fence: Lease | None
+    ) -> None:
         validate_session_id(session_id)
         if not isinstance(summary, FinalizeSummary):
             raise TypeError(f"summary must be a FinalizeSummary, got {preview(summary)}")
@@ -158,7 +227,7 @@ class SessionStore(MemoryStoreBase):
         now = self._now()
         with self._lock:
             self._check_open()
-            record = self._write(session_id, now)
+            record = self._write(session_id, now, fence)
             record.final = summary
             record.step_total += summary.step_count
         await trio.lowlevel.cancel_shielded_checkpoint()
@@ -170,13 +239,16 @@ class SessionStore(MemoryStoreBase):
             TypeError: ``session`` is not a ``Session``.
             StoreClosedError: the store was closed.
         """
+        await self._put(session, None)
+
+    async def _put(self, session: Session, fence: Lease | None) -> None:
         if not isinstance(session, Session):
             raise TypeError(f"session must be a Session, got {preview(session)}")
         await trio.lowlevel.checkpoint_if_cancelled()
         now = self._now()
         with self._lock:
             self._check_open()
-            self._write(session.id, now).session = session
+            self._write(session.id, now, fence).session = session
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def final(self, session_id: str) -> FinalizeSummary | None:
@@ -223,13 +295,52 @@ class SessionStore(MemoryStoreBase):
     async def delete_session(self, session_id: str) -> bool:
         """Drop the session's data and summaries; ``True`` if it existed.
 
+        Its lease and token stay: a later acquire still gets a larger token.
+        Its revision grows (when it existed) and is never reset.
+
         Raises:
             StoreClosedError: the store was closed.
         """
+        return await self._delete_session(session_id, None)
+
+    async def _delete_session(self, session_id: str, fence: Lease | None) -> bool:
         validate_session_id(session_id)
         await trio.lowlevel.checkpoint_if_cancelled()
         with self._lock:
             self._check_open()
+            if fence is not None and fence.session_id == session_id:
+                self._leases.check_fence(fence)
             existed = self._records.pop(session_id, None) is not None
+            if existed:  # a stale update_data_if must not bring it back
+                self._revisions.bump(session_id)
         await trio.lowlevel.cancel_shielded_checkpoint()
         return existed
+
+    def fenced(self, lease: Lease) -> FencedSessionStore:
+        """A view of this store whose writes to ``lease.session_id`` are fenced by ``lease``.
+
+        ``put``, ``update_data``, ``finalize`` and ``delete_session`` through the
+        view check, under the same lock as the write, that the session's lease
+        was not acquired again since ``lease`` was granted, else raise
+        ``LeaseLostError`` and change nothing. An expired or released lease
+        that nobody acquired since still writes: no other writer exists.
+        Reads, and writes to other sessions, pass straight through.
+
+        With ``steps`` given at construction the view is a ``FencedStore``: it is
+        also that ``StepStore`` (``append``, ``last_n``, ``all``), and appends to
+        the leased session are fenced the same way. Without it, a holder that
+        lost its lease can still append steps to its step store unchecked;
+        only its session writes are refused.
+
+        Raises:
+            TypeError, ValueError: ``lease`` is not a ``Lease`` this store granted.
+            StoreClosedError: the store was closed.
+        """
+        if not isinstance(lease, Lease):
+            raise TypeError(f"lease must be a Lease, got {preview(lease)}")
+        with self._lock:
+            self._check_open()
+            self._leases.check_granted(lease)
+        if self._steps is None:
+            return FencedSessionStore(self, lease)
+        return FencedStore(self, self._steps, lease)

@@ -1,15 +1,22 @@
 """The SQL of every ``PostgresStore`` operation, one autocommit statement each.
 
 Each operation is a single statement, so it is its own transaction: it
-commits whole or not at all. Imported only once psycopg is known to be installed.
+commits whole or not at all. A fenced write is the exception: one
+transaction holding a share lock on the session's lease row, then the write.
+
+Imported only once psycopg is known to be installed.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from agentloop import FinalizeSummary, RunStep, Session, SessionInfo
+from agentloop import FinalizeSummary, Lease, LeaseLostError, RunStep, Session, SessionInfo
+from agentloop._validate import preview
 from agentloopsql import _codec
+from agentloopsql._leases import Held, check_fence, check_granted, check_renewable
 from agentloopsql._pg_schema import render
 
 if TYPE_CHECKING:
@@ -22,6 +29,11 @@ _STEP_COLUMNS = (
     "duration_ms, prompt_tokens, completion_tokens, created_at"
 )
 _FINAL = ", ".join(_codec.FINAL_COLUMNS)
+_UNTIL = "now() + make_interval(secs => %(ttl)s)"
+
+R = TypeVar("R")
+
+_ROWS_PER_STATEMENT = 5_000  # 11 parameters a row, at most 65,535 a statement
 
 _QUERIES = {
     # A row whose (session_id, append_key) is already stored is the same append
@@ -73,11 +85,65 @@ _QUERIES = {
         "SELECT id, final_status, step_total, created_at, updated_at FROM {s}.sessions "
         "ORDER BY write_seq DESC LIMIT %s"
     ),
+    # The deleted session's revision is kept as its floor (see _batches).
     "delete_session": (
         "WITH gone_keys AS (DELETE FROM {s}.finalize_keys WHERE session_id = %(id)s), "
         "gone_steps AS (DELETE FROM {s}.steps WHERE session_id = %(id)s RETURNING 1), "
-        "gone_session AS (DELETE FROM {s}.sessions WHERE id = %(id)s RETURNING 1) "
+        "gone_session AS (DELETE FROM {s}.sessions WHERE id = %(id)s RETURNING id, write_seq), "
+        "floor AS (INSERT INTO {s}.revision_floors (session_id, revision) "
+        "SELECT id, write_seq FROM gone_session "
+        "ON CONFLICT (session_id) DO UPDATE SET revision = EXCLUDED.revision) "
         "SELECT (SELECT count(*) FROM gone_steps) + (SELECT count(*) FROM gone_session)"
+    ),
+    "get_many": "SELECT id, model, system_prompt, system_prompt_nul, data::text "
+    "FROM {s}.sessions WHERE id = ANY(%s)",
+    "revision": (
+        "SELECT coalesce((SELECT write_seq FROM {s}.sessions WHERE id = %(id)s), "
+        "(SELECT revision FROM {s}.revision_floors WHERE session_id = %(id)s), 0)"
+    ),
+    # The check and the write in one statement: racing calls with the same
+    # revision queue on the row lock ON CONFLICT takes, and each re-checks the
+    # WHERE against the row it waited for, so exactly one matches.
+    "update_data_if": (
+        "WITH cur AS (SELECT coalesce((SELECT write_seq FROM {s}.sessions WHERE id = %(id)s), "
+        "(SELECT revision FROM {s}.revision_floors WHERE session_id = %(id)s), 0) AS rev) "
+        "INSERT INTO {s}.sessions AS row (id, system_prompt, data, created_at, updated_at, "
+        "write_seq) SELECT %(id)s, '', %(data)s::jsonb, %(now)s, %(now)s, "
+        "nextval('{s}.session_writes') FROM cur WHERE cur.rev = %(rev)s "
+        "ON CONFLICT (id) DO UPDATE SET data = EXCLUDED.data, "
+        "updated_at = EXCLUDED.updated_at, write_seq = EXCLUDED.write_seq "
+        "WHERE row.write_seq = %(rev)s RETURNING row.write_seq"
+    ),
+    # Leases: judged on the server's clock. now() is the statement's start: a
+    # statement that waited for a row lock sees an earlier time, which can only
+    # make a lease look live a moment longer, never free it early. The row
+    # lock ON CONFLICT DO UPDATE takes makes concurrent acquires queue, and
+    # each re-reads the row it waited for. A granted live lease of the same
+    # owner keeps its token; anything else granted gets token + 1.
+    "lease_acquire": (
+        "INSERT INTO {s}.leases AS l (session_id, owner, token, expires_at) "
+        f"VALUES (%(id)s, %(owner)s, 1, {_UNTIL}) "
+        "ON CONFLICT (session_id) DO UPDATE SET owner = EXCLUDED.owner, "
+        "token = CASE WHEN l.expires_at > now() THEN l.token ELSE l.token + 1 END, "
+        "expires_at = EXCLUDED.expires_at "
+        "WHERE l.expires_at IS NULL OR l.expires_at <= now() OR l.owner = EXCLUDED.owner "
+        "RETURNING token, expires_at"
+    ),
+    "lease_renew": (
+        f"UPDATE {{s}}.leases SET expires_at = {_UNTIL} WHERE session_id = %(id)s "
+        "AND token = %(token)s AND owner = %(owner)s AND expires_at IS NOT NULL "
+        "RETURNING expires_at"
+    ),
+    "lease_release": (
+        "UPDATE {s}.leases SET expires_at = NULL WHERE session_id = %(id)s "
+        "AND token = %(token)s AND owner = %(owner)s RETURNING 1"
+    ),
+    "lease_held": "SELECT owner, token, expires_at IS NULL FROM {s}.leases WHERE session_id = %s",
+    # The share lock makes a takeover (which must lock the row to update it)
+    # wait until the fenced write's transaction ends, and makes the check
+    # read the latest committed row, never a stale one.
+    "lease_fence": (
+        "SELECT owner, token, expires_at IS NULL FROM {s}.leases WHERE session_id = %s FOR SHARE"
     ),
 }
 
@@ -125,7 +191,19 @@ class PgOps:
         conn.execute(self.q["append"], step_params(step, key))
 
     def append_many(self, conn: Conn, items: list[tuple[RunStep, int]]) -> None:
-        """All of ``items`` in one multi-row INSERT: one statement, all rows or none, in order."""
+        """All of ``items`` in one multi-row INSERT: one statement, all rows or none, in order.
+
+        Past ``_ROWS_PER_STATEMENT`` rows (a statement takes at most 65,535
+        parameters) the rows go in several statements inside one transaction.
+        """
+        if len(items) > _ROWS_PER_STATEMENT:
+            with conn.transaction():
+                for start in range(0, len(items), _ROWS_PER_STATEMENT):
+                    self._insert_rows(conn, items[start : start + _ROWS_PER_STATEMENT])
+            return
+        self._insert_rows(conn, items)
+
+    def _insert_rows(self, conn: Conn, items: list[tuple[RunStep, int]]) -> None:
         query = self._many.get(len(items))
         if query is None:
             head, _, row = self.q["append"].partition(" VALUES ")
@@ -202,3 +280,58 @@ class PgOps:
     def delete_session(self, conn: Conn, session_id: str) -> bool:
         row = conn.execute(self.q["delete_session"], {"id": session_id}).fetchone()
         return row is not None and int(row[0]) > 0
+
+    def get_many(self, conn: Conn, session_ids: list[str]) -> dict[str, Session]:
+        rows = conn.execute(self.q["get_many"], (session_ids,)).fetchall()
+        return {
+            sid: Session(sid, model, _codec.join_nul(prompt, prompt_nul), data)
+            for sid, model, prompt, prompt_nul, data in rows
+        }
+
+    def revision(self, conn: Conn, session_id: str) -> int:
+        row = conn.execute(self.q["revision"], {"id": session_id}).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def update_data_if(
+        self, conn: Conn, session_id: str, snapshot: str | None, revision: int
+    ) -> tuple[bool, int]:
+        params = {"id": session_id, "data": snapshot, "now": _codec.now(), "rev": revision}
+        row = conn.execute(self.q["update_data_if"], params).fetchone()
+        if row is not None:
+            return True, int(row[0])
+        return False, self.revision(conn, session_id)
+
+    def acquire_lease(
+        self, conn: Conn, session_id: str, owner: str, ttl: float
+    ) -> tuple[int, datetime] | None:
+        params = {"id": session_id, "owner": owner, "ttl": ttl}
+        row = conn.execute(self.q["lease_acquire"], params).fetchone()
+        return (int(row[0]), _codec.as_utc(row[1])) if row is not None else None
+
+    def renew_lease(self, conn: Conn, lease: Lease, ttl: float) -> datetime:
+        params = {"id": lease.session_id, "token": lease.token, "owner": lease.owner, "ttl": ttl}
+        row = conn.execute(self.q["lease_renew"], params).fetchone()
+        if row is not None:
+            return _codec.as_utc(row[0])
+        check_renewable(lease, self._held(conn, lease.session_id))  # says why it was refused
+        # Unreachable in practice: a lease refused once stays refused (tokens only grow).
+        raise LeaseLostError(
+            f"lease {lease.token} of session {preview(lease.session_id)} changed while "
+            "being renewed; acquire a new one"
+        )
+
+    def release_lease(self, conn: Conn, lease: Lease) -> None:
+        params = {"id": lease.session_id, "token": lease.token, "owner": lease.owner}
+        if conn.execute(self.q["lease_release"], params).fetchone() is None:
+            check_granted(lease, self._held(conn, lease.session_id))  # else: lost, a no-op
+
+    def fenced_write(self, conn: Conn, lease: Lease, write: Callable[[Conn], R]) -> R:
+        with conn.transaction():
+            row = conn.execute(self.q["lease_fence"], (lease.session_id,)).fetchone()
+            check_fence(lease, Held(row[0], int(row[1]), row[2]) if row is not None else None)
+            return write(conn)
+
+    def _held(self, conn: Conn, session_id: str) -> Held | None:
+        row = conn.execute(self.q["lease_held"], (session_id,)).fetchone()
+        return Held(row[0], int(row[1]), row[2]) if row is not None else None

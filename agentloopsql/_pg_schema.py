@@ -92,7 +92,31 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "AND later.seq > earlier.seq",
         "CREATE UNIQUE INDEX steps_append_once ON {s}.steps (append_key, session_id)",
     ),
+    (
+        # One row per session ever leased, never deleted (so tokens only grow);
+        # expires_at (the server's clock) is NULL once the lease is released.
+        """
+        CREATE TABLE {s}.leases (
+            session_id text COLLATE "C" PRIMARY KEY,
+            owner text NOT NULL,
+            token bigint NOT NULL,
+            expires_at timestamptz
+        )
+        """,
+    ),
+    (
+        # A deleted session's last revision (its write_seq), never deleted: its
+        # revision never gets smaller (write_seq comes from a sequence, so later
+        # writes go above it anyway).
+        """
+        CREATE TABLE {s}.revision_floors (
+            session_id text COLLATE "C" PRIMARY KEY,
+            revision bigint NOT NULL
+        )
+        """,
+    ),
 )
+
 
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -52,7 +52,32 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """,
         "CREATE INDEX steps_by_session ON steps (session_id, seq)",
     ),
+    (
+        # One row per session ever leased, never deleted (so tokens only grow);
+        # expires_us (microseconds since the epoch, this machine's clock) is
+        # NULL once the lease is released.
+        """
+        CREATE TABLE leases (
+            session_id TEXT PRIMARY KEY NOT NULL,
+            owner TEXT NOT NULL,
+            token INTEGER NOT NULL,
+            expires_us INTEGER
+        ) WITHOUT ROWID
+        """,
+    ),
+    (
+        # A deleted session's last revision (its write_seq), never deleted: its
+        # revision never gets smaller, and the next write_seq goes above it.
+        """
+        CREATE TABLE revision_floors (
+            session_id TEXT PRIMARY KEY NOT NULL,
+            revision INTEGER NOT NULL
+        ) WITHOUT ROWID
+        """,
+        "CREATE INDEX revision_floors_by_revision ON revision_floors (revision)",
+    ),
 )
+
 
 SCHEMA_VERSION = len(MIGRATIONS)
 

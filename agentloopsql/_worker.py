@@ -15,11 +15,9 @@ decline). The caller waits for the worker either way: a job that ends with
 any other result is returned normally (the cancellation is delivered at the
 caller's next checkpoint). A worker is never abandoned mid-write.
 
-Bounded waits: with a ``queue_timeout``, a watchdog thread fails each job that
-no worker took within that many seconds of its queueing (every worker busy,
-e.g. stuck behind a lock), so a caller never waits for a worker unbounded. It
-sleeps unless every worker is busy and jobs wait, so it costs nothing on the
-common path.
+Bounded waits: with a ``queue_timeout``, a watchdog thread fails each job no
+worker took in time (every worker stuck, e.g. behind a lock); it sleeps unless
+every worker is busy and jobs wait.
 """
 
 from __future__ import annotations
@@ -29,6 +27,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Generic, Protocol, TypeVar, overload
 
 import outcome
@@ -75,7 +74,11 @@ class Executor(Protocol[StateT, ConnT]):
         ...
 
     def run_batch(self, state: StateT, jobs: list[Job[ConnT]]) -> None:
-        """Run ``jobs`` and set every ``job.result``; must not raise."""
+        """Run ``jobs`` and set every ``job.result``; must not raise.
+
+        A job may be answered early, before the batch ends: set its result,
+        remove it from ``jobs`` and pass it to :func:`hand_back`.
+        """
         ...
 
     def disconnect(self, state: StateT) -> None:
@@ -127,9 +130,7 @@ class Workers(Generic[ConnT]):
         self._dead: BaseException | None = None
         self._size = threads
         self._busy = 0  # worker threads running a batch
-        # The wake locks of idle workers, the most recently idle last: a call wakes
-        # that one, so a lone caller keeps one warm thread (and its cache) busy.
-        self._idle: list[threading.Lock] = []
+        self._idle: list[threading.Lock] = []  # idle workers' wake locks; the last is woken
         self._threads = [
             threading.Thread(target=self._main, name=f"{owner} worker {n}", daemon=True)
             for n in range(threads)
@@ -137,11 +138,8 @@ class Workers(Generic[ConnT]):
         self._watch: threading.Condition | None = None
         if queue_timeout is not None:
             self._watch = threading.Condition(lock)
-            self._threads.append(
-                threading.Thread(
-                    target=self._watchdog, args=queue_timeout, name=f"{owner} queue", daemon=True
-                )
-            )
+            watchdog, name = partial(self._watchdog, *queue_timeout), f"{owner} queue"
+            self._threads.append(threading.Thread(target=watchdog, name=name, daemon=True))
         for thread in self._threads:
             thread.start()
 
@@ -193,6 +191,11 @@ class Workers(Generic[ConnT]):
         # cancelled: this checkpoint raises trio.Cancelled.
         await trio.lowlevel.checkpoint()
         raise StoreError(f"{self._owner}: the call was interrupted; it did not happen")
+
+    @property
+    def dead(self) -> bool:
+        """Whether a worker died: every later :meth:`call` raises the executor's error."""
+        return self._dead is not None
 
     async def close(self) -> None:
         """Run every job queued so far, then end the threads. Idempotent; shielded."""
@@ -270,8 +273,8 @@ class Workers(Generic[ConnT]):
             for job in running:
                 if job.result is None:
                     job.result = outcome.Error(self._executor.dead_error(exc))
-            self._hand_back(running)
             self._die(exc)  # every caller gets the error, with exc as its cause
+            self._hand_back(running)  # after: a caller woken now finds the store dead
         finally:
             self._executor.disconnect(state)
 
@@ -323,16 +326,20 @@ class Workers(Generic[ConnT]):
         self._hand_back(orphans)
 
     def _hand_back(self, jobs: list[Job[ConnT]]) -> None:
-        if len(jobs) == 1:  # the common case: one call, one trio run
-            with contextlib.suppress(trio.RunFinishedError):
-                jobs[0].token.run_sync_soon(_deliver, jobs)
-            return
-        by_token: dict[trio.lowlevel.TrioToken, list[Job[ConnT]]] = {}
+        hand_back(jobs)
+
+
+def hand_back(jobs: list[Job[Any]]) -> None:
+    """Wake each job's caller with its result (set before); from any thread, once per job."""
+    by_token: dict[trio.lowlevel.TrioToken, list[Job[Any]]] = {}
+    if len(jobs) == 1:  # the common case: no grouping needed
+        by_token[jobs[0].token] = jobs
+    else:
         for job in jobs:
             by_token.setdefault(job.token, []).append(job)
-        for token, mine in by_token.items():
-            with contextlib.suppress(trio.RunFinishedError):
-                token.run_sync_soon(_deliver, mine)
+    for token, mine in by_token.items():
+        with contextlib.suppress(trio.RunFinishedError):
+            token.run_sync_soon(_deliver, mine)
 
 
 def dead_worker_error(owner: str, exc: BaseException) -> StoreError:

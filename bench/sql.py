@@ -25,7 +25,7 @@ import trio
 
 from agentloop import RunStep
 from agentloopsql import PostgresStore, SqliteStore
-from agentloopsql._base import new_key
+from agentloopsql._ops import new_key
 from agentloopsql._sqlite import _INSERT_STEP, step_params
 from bench._report import Row
 
