@@ -79,6 +79,15 @@ class SessionStore(LeaseMethods):
         self._records: dict[str, _Record] = {}
         self._write_seq = itertools.count()
 
+    @property
+    def steps(self) -> StepStore | None:
+        """The ``StepStore`` given as ``steps=``, whose appends :meth:`fenced` views fence.
+
+        ``Loop`` reads it: a run appends through its fenced view only when this
+        is the loop's own step store.
+        """
+        return self._steps
+
     def _clear(self) -> None:
         self._records.clear()
         self._leases.clear()
