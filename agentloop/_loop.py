@@ -16,7 +16,7 @@ from agentloop._lease import SupportsLease
 from agentloop._model import Model
 from agentloop._protocols import SessionStore, StepStore
 from agentloop._run import Run, RunParts
-from agentloop._run_lease import run_leased
+from agentloop._run_lease import covers_appends, run_leased
 from agentloop._run_stores import RunStores
 from agentloop._tools import Tool
 from agentloop._validate import check_text, preview, validate_session_id
@@ -137,7 +137,9 @@ class Loop:
             compactor=compactor,
         )
         self._locks: dict[str, _SessionLock] = {}
-        self._leased = isinstance(sessions, SupportsLease)
+        # Decided once: a store's capabilities and what its views cover do not change.
+        self._leases = sessions if isinstance(sessions, SupportsLease) else None
+        self._covered = covers_appends(sessions, steps)
 
     @property
     def steps(self) -> StepStore:
@@ -226,7 +228,7 @@ class Loop:
         check_text(message, "message")
         async with self._session_lock(session_id):
             parts = self._parts
-            if self._leased:
-                return await run_leased(parts, session_id, message)
+            if self._leases is not None:
+                return await run_leased(parts, self._leases, self._covered, session_id, message)
             stores = RunStores(parts.steps, parts.sessions, session_id)
             return await Run(parts, stores, message).execute()

@@ -18,14 +18,13 @@ from agentloop._describe import describe, describe_message
 from agentloop._errors import LeaseLostError, SessionBusyError, StoreError
 from agentloop._events import LoopWarning
 from agentloop._lease import Lease, SupportsLease
-from agentloop._protocols import StepStore
 from agentloop._run import Run
 from agentloop._run_stores import RunStores
 
 if TYPE_CHECKING:
     from agentloop._config import LoopConfig, RunResult
     from agentloop._events import EventHandler
-    from agentloop._protocols import SessionStore
+    from agentloop._protocols import SessionStore, StepStore
     from agentloop._run import RunParts
 
 # The wait for a busy lease polls: first after ~10 ms, doubling up to ~0.5 s, each
@@ -53,8 +52,8 @@ def covers_appends(sessions: SessionStore, steps: StepStore) -> bool:
 
     True when ``sessions`` is ``steps`` (one combined store, e.g. the SQL
     stores) or names ``steps`` as the step store it covers (its ``steps``
-    attribute, e.g. ``agentloopmem.SessionStore(steps=steps)``). The view must
-    also be a ``StepStore``; :func:`run_stores` checks that per view.
+    attribute, e.g. ``agentloopmem.SessionStore(steps=steps)``). Such a store's
+    fenced view must then be a ``StepStore`` too: the run appends through it.
     """
     covered: object = getattr(sessions, "steps", None)
     return covered is steps or steps is cast(object, sessions)
@@ -97,21 +96,19 @@ async def acquire(sessions: SupportsLease, session_id: str, config: LoopConfig) 
         delay = min(delay * 2, _LAST_POLL)
 
 
-def run_stores(parts: RunParts, lease: Lease, covered: bool) -> RunStores:
+def run_stores(parts: RunParts, sessions: SupportsLease, lease: Lease, covered: bool) -> RunStores:
     """The run's stores on ``fenced(lease)``: session writes always, appends when ``covered``.
 
     Raises:
         StoreError: ``fenced`` failed (``__cause__``: the store's exception).
     """
-    sessions = parts.sessions
-    assert isinstance(sessions, SupportsLease)
     try:
         view = sessions.fenced(lease)
     except Exception as exc:
         raise StoreError(
             f"fenced failed for session {lease.session_id!r}: {describe_message(exc)}"
         ) from exc
-    steps = view if covered and isinstance(view, StepStore) else parts.steps
+    steps = cast("StepStore", view) if covered else parts.steps
     return RunStores(steps, view, lease.session_id)
 
 
@@ -170,14 +167,14 @@ class LeaseHolder:
         result: RunResult | None = None
         failure: BaseException | None = None
         async with trio.open_nursery() as nursery:
-            with trio.CancelScope() as run_scope:
-                nursery.start_soon(self._renew, stores, run_scope)
-                # Caught here and raised after the nursery, so the caller sees the run's
-                # own exception, not an exception group around it.
-                try:
-                    result = await run.execute()
-                except BaseException as exc:
-                    failure = exc
+            # A lost lease cancels the nursery: the run and the renewer stop together.
+            nursery.start_soon(self._renew, stores, nursery.cancel_scope)
+            # Caught here and raised after the nursery, so the caller sees the run's
+            # own exception, not an exception group around it.
+            try:
+                result = await run.execute()
+            except BaseException as exc:
+                failure = exc
             nursery.cancel_scope.cancel()
         self._lost = stores.lease_lost is not None
         if result is not None:
@@ -197,7 +194,8 @@ class LeaseHolder:
         if self._lost:
             return
         bound = self._config.finalize_timeout
-        with trio.CancelScope(shield=True), trio.move_on_after(bound) as scope:
+        # One scope: shielded from the caller's cancellation, yet bounded by its own deadline.
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + bound) as scope:
             try:
                 await self._sessions.release_lease(self._lease)
             except Exception as exc:
@@ -209,20 +207,22 @@ class LeaseHolder:
             )
 
 
-async def run_leased(parts: RunParts, session_id: str, message: str) -> RunResult:
-    """One run holding the session's lease; see ``Loop.run``.
+async def run_leased(
+    parts: RunParts, sessions: SupportsLease, covered: bool, session_id: str, message: str
+) -> RunResult:
+    """One run holding the session's lease on ``sessions`` (``parts.sessions``); see ``Loop.run``.
+
+    ``covered``: the fenced view also fences appends (:func:`covers_appends`).
 
     Raises:
         SessionBusyError: the lease stayed taken for ``lease_wait``; nothing written.
         LeaseLostError: the lease was taken over mid-run; nothing more written,
             no finalize.
     """
-    sessions = parts.sessions
-    assert isinstance(sessions, SupportsLease)
     lease = await acquire(sessions, session_id, parts.config)
     holder = LeaseHolder(sessions, lease, parts.config, parts.on_event)
     try:
-        stores = run_stores(parts, lease, covers_appends(parts.sessions, parts.steps))
+        stores = run_stores(parts, sessions, lease, covered)
         return await holder.run(Run(parts, stores, message), stores)
     finally:
         await holder.release()
