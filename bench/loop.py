@@ -14,9 +14,9 @@ capability hidden (so the loop writes unfenced and takes no lease), on
 
 from __future__ import annotations
 
-import math
 import os
 import secrets
+import statistics
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -40,7 +40,7 @@ from agentloop import (
     ToolContext,
 )
 from agentloopsql import PostgresStore, SqliteStore
-from bench._report import Row, best_of
+from bench._report import Row, SpreadRow, best_of
 
 RUNS = 400
 REPEATS = 5
@@ -123,7 +123,8 @@ def rows() -> list[Row]:
 
 # -- leased vs unleased runs --------------------------------------------------------------
 
-LEASE_RUNS = 40
+LEASE_RUNS = 20
+LEASE_ROUNDS = 7
 LEASE_CALLS = 5  # four tool calls and the response: ten steps per run
 # A lease costs a run a fixed amount (acquire, release, the renewal task): at most
 # half again on SQLite and PostgreSQL, whose runs pay for their commits; in memory,
@@ -164,20 +165,25 @@ async def _runs_seconds(stores: Stores, prefix: str) -> float:
 
 
 async def _lease_row(name: str, leased: Stores, unleased: Stores) -> Row:
-    """Best of ``REPEATS`` for each, measured in turn so both see the same machine."""
+    """The median of ``LEASE_ROUNDS`` per-round ratios, each round timing both back to back
+    (in alternating order), so a machine that slows down for a while skews no single side."""
     assert isinstance(leased[1], SupportsLease)
     assert not isinstance(unleased[1], SupportsLease)
-    best = {"leased": math.inf, "unleased": math.inf}
-    for repeat in range(REPEATS):
-        for kind, stores in (("leased", leased), ("unleased", unleased)):
-            seconds = await _runs_seconds(stores, f"{name}-{kind}-{repeat}")
-            best[kind] = min(best[kind], seconds)
-    per_run = {kind: seconds / LEASE_RUNS * 1e6 for kind, seconds in best.items()}
-    return Row(
+    ratios: list[float] = []
+    seconds: dict[str, list[float]] = {"leased": [], "unleased": []}
+    for round_ in range(LEASE_ROUNDS):
+        order = [("leased", leased), ("unleased", unleased)]
+        for kind, stores in order if round_ % 2 == 0 else order[::-1]:
+            seconds[kind].append(await _runs_seconds(stores, f"{name}-{kind}-{round_}"))
+        ratios.append(seconds["leased"][-1] / seconds["unleased"][-1])
+    per_run = {kind: statistics.median(s) / LEASE_RUNS * 1e6 for kind, s in seconds.items()}
+    return SpreadRow(
         f"loop lease: {name}, 10-step run, leased vs unleased",
-        f"{per_run['leased']:.0f} vs {per_run['unleased']:.0f} us/run",
-        best["leased"] / best["unleased"],
+        f"{per_run['leased']:.0f} vs {per_run['unleased']:.0f} us/run (medians)",
+        statistics.median(ratios),
         LEASE_TARGETS[name],
+        low=min(ratios),
+        high=max(ratios),
     )
 
 

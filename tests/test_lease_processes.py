@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -153,3 +154,21 @@ async def test_paused_holder_writes_nothing_after_takeover(
             assert final is not None
             assert final.status == "completed"
             assert final.step_count == 4
+
+
+def test_readme_example_runs() -> None:
+    """The README's "Several workers on one store" example runs and prints what it says."""
+    readme = Path(REPO) / "README.md"
+    section = readme.read_text(encoding="utf-8").split("## Several workers on one store", 1)[1]
+    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert match is not None, "the section has no python code block"
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", match.group(1)],
+        cwd=REPO,  # this checkout's packages, not an installed copy
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["completed", "completed", "[0, 1, 2, 3]"]
