@@ -18,6 +18,7 @@ from agentloop._describe import describe, describe_message
 from agentloop._errors import LeaseLostError, SessionBusyError, StoreError
 from agentloop._events import LoopWarning
 from agentloop._lease import Lease, SupportsLease
+from agentloop._lease_renewals import Renewals
 from agentloop._run import Run
 from agentloop._run_stores import RunStores
 
@@ -113,14 +114,15 @@ def run_stores(parts: RunParts, sessions: SupportsLease, lease: Lease, covered: 
 
 
 class LeaseHolder:
-    """One run's hold on its lease: background renewal while the run goes on, then release.
+    """One run's hold on its lease: renewed in the background while the run goes on, then released.
 
-    A renew that finds the lease taken over marks the run's stores
-    (``RunStores.lease_lost``: no further write) and cancels the run at once;
-    :meth:`run` then raises that ``LeaseLostError``. Any other renew failure
-    (or a renew slower than the renew interval) is a ``LoopWarning`` and the
-    next renew is tried on time: the fenced writes still refuse a run whose
-    lease was taken over meanwhile.
+    Renewal (every ``lease_ttl / 3``) comes from this trio run's one renewal
+    task (:class:`Renewals`). A renew that finds the lease taken over marks the
+    run's stores (``RunStores.lease_lost``: no further write) and cancels the
+    run at once; :meth:`run` then raises that ``LeaseLostError``. Any other
+    renew failure (or a renew slower than the interval) is a ``LoopWarning``
+    and the next renew is tried on time: the fenced writes still refuse a run
+    whose lease was taken over meanwhile.
     """
 
     def __init__(
@@ -130,6 +132,9 @@ class LeaseHolder:
         self._lease = lease
         self._config = config
         self._emit = emit
+        self.interval = config.lease_ttl / 3
+        self._stores: RunStores | None = None  # the run's stores, while it runs
+        self._run_scope = trio.CancelScope()
         self._renew_lost: LeaseLostError | None = None  # a renew found the lease taken over
         self._lost = False  # lost by a renew or a write: nothing to release
 
@@ -138,23 +143,29 @@ class LeaseHolder:
             with contextlib.suppress(Exception):  # a warning must not fail what it reports on
                 self._emit(LoopWarning(self._lease.session_id, message))
 
-    async def _renew(self, stores: RunStores, run_scope: trio.CancelScope) -> None:
-        ttl = self._config.lease_ttl
-        interval = ttl / 3
-        while True:
-            await trio.sleep(interval)
-            try:
-                with trio.move_on_after(interval) as renew_scope:
-                    self._lease = await self._sessions.renew_lease(self._lease, ttl)
-            except LeaseLostError as exc:
-                self._renew_lost = stores.lease_lost = exc
-                run_scope.cancel()
-                return
-            except Exception as exc:
+    async def renew_once(self) -> None:
+        """Renew the lease once, bounded by the interval; never raises.
+
+        A renew that ends after the run did changes nothing here.
+        """
+        interval = self.interval
+        try:
+            with trio.move_on_after(interval) as scope:
+                lease = await self._sessions.renew_lease(self._lease, self._config.lease_ttl)
+        except LeaseLostError as exc:
+            if self._stores is not None:
+                self._renew_lost = self._stores.lease_lost = exc
+                self._run_scope.cancel()
+            return
+        except Exception as exc:
+            if self._stores is not None:
                 self._warn(f"renew_lease failed, retrying in {interval:g}s: {describe(exc)}")
-                continue
-            if renew_scope.cancelled_caught:
+            return
+        if scope.cancelled_caught:
+            if self._stores is not None:
                 self._warn(f"renew_lease took longer than {interval:g}s (lease_ttl / 3); retrying")
+            return
+        self._lease = lease
 
     async def run(self, run: Run, stores: RunStores) -> RunResult:
         """``run.execute()`` with the lease renewed in the background until it returns.
@@ -164,25 +175,19 @@ class LeaseHolder:
                 cancelled at once and wrote nothing more.
             BaseException: whatever the run raised.
         """
-        result: RunResult | None = None
-        failure: BaseException | None = None
-        async with trio.open_nursery() as nursery:
-            # A lost lease cancels the nursery: the run and the renewer stop together.
-            nursery.start_soon(self._renew, stores, nursery.cancel_scope)
-            # Caught here and raised after the nursery, so the caller sees the run's
-            # own exception, not an exception group around it.
-            try:
-                result = await run.execute()
-            except BaseException as exc:
-                failure = exc
-            nursery.cancel_scope.cancel()
-        self._lost = stores.lease_lost is not None
-        if result is not None:
-            return result
-        if self._renew_lost is not None:
-            raise self._renew_lost
-        assert failure is not None
-        raise failure
+        renewals = Renewals.current()
+        self._stores = stores
+        renewals.add(self)
+        try:
+            with self._run_scope:
+                return await run.execute()
+        finally:
+            renewals.discard(self)
+            self._stores = None
+            self._lost = stores.lease_lost is not None
+        # Only a renew that found the lease lost cancels the scope that caught the run's end.
+        assert self._renew_lost is not None
+        raise self._renew_lost
 
     async def release(self) -> None:
         """Release the lease, shielded and bounded by ``finalize_timeout``; never raises.

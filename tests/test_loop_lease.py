@@ -243,6 +243,28 @@ class TestRenewal:
         assert await shared.contents() == [(0, "long"), (1, "echo: long")]
         assert (await other.run("s", "after")).status is RunStatus.completed
 
+    async def test_runs_with_other_ttls_are_each_renewed_on_time(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """A run with a short TTL starting after one with a long TTL is still renewed on time."""
+        shared = Shared()
+        long_ttl = shared.loop(SlowModel(delay=20), lease_ttl=30)
+        short_ttl = shared.loop(SlowModel(delay=20), lease_ttl=3)
+        other = shared.loop(ScriptedModel([]), lease_wait=0)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(long_ttl.run, "a", "long")
+            await trio.sleep(0.5)
+            nursery.start_soon(short_ttl.run, "b", "short")
+            for _ in range(5):
+                await trio.sleep(3)
+                for session in ("a", "b"):
+                    with pytest.raises(SessionBusyError):
+                        await other.run(session, "intruding")
+        for session in ("a", "b"):
+            final = await shared.sessions.final(session)
+            assert final is not None
+            assert final.status is RunStatus.completed
+
     async def test_failed_renew_is_a_warning(self, autojump_clock: trio.testing.MockClock) -> None:
         """A renew that fails (not lost) is reported and retried; the run goes on."""
         renews: list[int] = []
