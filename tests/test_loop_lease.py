@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import trio
 import trio.testing
-from _loop_helpers import SlowModel
+from _loop_helpers import SlowModel, call
 
 import agentloopmem
 from agentloop import (
@@ -30,6 +30,8 @@ from agentloop import (
     StoreError,
     StoreUnavailableError,
     SupportsLease,
+    Tool,
+    ToolContext,
 )
 
 BASE = datetime(2026, 1, 1, tzinfo=UTC)
@@ -336,6 +338,36 @@ class TestTakeover:
             await trio.sleep(0.5)
             await shared.take_over()
         assert await shared.contents() == [(0, "hi")]
+        assert await shared.sessions.final("s") is None
+
+    async def test_working_memory_write_after_takeover_is_refused(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """A tool's data change after a takeover: update_data raises LeaseLostError, no result."""
+        shared = Shared()
+
+        async def slow_write(args: dict[str, object], ctx: ToolContext) -> str:
+            await trio.sleep(1)
+            ctx.data["late"] = True
+            return "written"
+
+        loop = Loop(
+            model=ScriptedModel([call("slow_write"), "done"]),
+            steps=shared.steps,
+            sessions=shared.sessions,
+            tools=[Tool("slow_write", "", {}, slow_write)],
+        )
+        async with trio.open_nursery() as nursery:
+
+            async def run() -> None:
+                with pytest.raises(LeaseLostError):
+                    await loop.run("s", "hi")
+
+            nursery.start_soon(run)
+            await trio.sleep(0.5)
+            await shared.take_over()
+        assert [index for index, _ in await shared.contents()] == [0, 1]  # user, tool_call
+        assert (await shared.sessions.get("s")).data is None
         assert await shared.sessions.final("s") is None
 
     async def test_uncovered_appends_still_land_after_takeover(
