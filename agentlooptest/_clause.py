@@ -16,10 +16,13 @@ from agentloop import (
     StoreClosedError,
     SupportsAclose,
     SupportsAll,
+    SupportsAppendMany,
     SupportsDeleteSession,
     SupportsFinal,
+    SupportsGetMany,
     SupportsListSessions,
     SupportsPut,
+    SupportsRevisions,
 )
 
 if TYPE_CHECKING:
@@ -32,6 +35,9 @@ CAPABILITIES: dict[str, type] = {
     "put": SupportsPut,
     "final": SupportsFinal,
     "all": SupportsAll,
+    "append_many": SupportsAppendMany,
+    "get_many": SupportsGetMany,
+    "revisions": SupportsRevisions,
     "list_sessions": SupportsListSessions,
     "delete_session": SupportsDeleteSession,
     "aclose": SupportsAclose,
