@@ -36,7 +36,8 @@ class Report:
     clauses cover capabilities the store does not have). ``level`` names what was certified, e.g.
     ``"step: base + all, delete_session; session: not certified"``.
     ``duration`` is in seconds. ``pattern`` is the ``-k`` selection when only
-    some clauses ran: such a report never says "certified".
+    some clauses ran: such a report never says "certified". ``notes`` are
+    problems outside any clause (the harness's final cleanup failed).
     """
 
     results: tuple[ClauseResult, ...]
@@ -44,6 +45,7 @@ class Report:
     duration: float
     capabilities: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
     pattern: str | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:

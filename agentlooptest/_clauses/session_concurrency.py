@@ -125,8 +125,9 @@ async def _read_your_writes(h: Harness) -> None:
         done = False
 
         async def reader() -> None:
-            while not done:
+            while not done:  # a get that never yields must not starve the writer
                 await store.get(sid)
+                await trio.lowlevel.checkpoint()
 
         async with trio.open_nursery() as nursery:
             for _ in range(3):
@@ -168,6 +169,7 @@ async def _finalize_keeps_data(h: Harness) -> None:
             while not done:
                 k += 1
                 await store.finalize(sid, FinalizeSummary(RunStatus.completed, step_count=k))
+                await trio.lowlevel.checkpoint()
 
         async with trio.open_nursery() as nursery:
             for _ in range(2):

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 async def _after_cancel(s: Steps, sid: str, before: list[RunStep], extra: RunStep) -> None:
     """The store still takes an append after a cancelled call, and returns it last."""
-    await still_usable(f"append to {sid!r}", lambda: s.store.append(extra))
+    await still_usable(f"append to {sid!r}", lambda: s.append(extra))
     got = await still_usable(f"last_n({sid!r}, 100)", lambda: s.last_n(sid, 100))
     expect(
         same_steps([*before, extra], got),

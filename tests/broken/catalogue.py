@@ -9,11 +9,11 @@ from typing import Any
 
 import attrs
 
-from agentloop import RunStep
+from agentloop import RunStep, Session
 from agentlooptest import Harness
 
 from . import sessions, steps
-from ._good import GoodBoth, GoodSessions, GoodSteps
+from ._good import GoodBoth, GoodForeignKey, GoodPaged, GoodSessions, GoodSteps
 
 
 async def _same(store: Any) -> Any:
@@ -189,6 +189,12 @@ class _Reserializing(GoodBoth):
                 snapshot = self._canon(snapshot)
         await super().update_data(session_id, snapshot)
 
+    async def put(self, session: Session) -> None:
+        if isinstance(session, Session) and isinstance(session.data, str):
+            with contextlib.suppress(ValueError):
+                session = attrs.evolve(session, data=self._canon(session.data))
+        await super().put(session)
+
 
 def reserializing_harness() -> Harness:
     """The reference store, re-serializing every JSON document it keeps."""
@@ -197,3 +203,25 @@ def reserializing_harness() -> Harness:
         new_session_store=_factory(_Reserializing),
         reopen=_same,
     )
+
+
+async def _ensure_row(store: GoodForeignKey, session_id: str) -> None:
+    await store.ensure_row(session_id)
+
+
+def unusual_good_harnesses() -> dict[str, Harness]:
+    """Correct stores built unusually, each of which the contract must pass whole."""
+    return {
+        "foreign-key-cascade": Harness(
+            new_step_store=_factory(GoodForeignKey),
+            new_session_store=_factory(GoodForeignKey),
+            ensure_session=_ensure_row,
+            reopen=_same,
+        ),
+        "paged-reads": Harness(
+            new_step_store=_factory(GoodPaged),
+            new_session_store=_factory(GoodPaged),
+            reopen=_same,
+        ),
+        "canonical-json": reserializing_harness(),
+    }
