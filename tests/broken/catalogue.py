@@ -12,7 +12,7 @@ import attrs
 from agentloop import RunStep, Session
 from agentlooptest import Harness
 
-from . import sessions, steps
+from . import sessions, steps, variations
 from ._good import GoodBoth, GoodForeignKey, GoodPaged, GoodSessions, GoodSteps
 
 
@@ -28,11 +28,24 @@ def _factory(cls: type) -> Callable[[], Awaitable[Any]]:
 
 
 def good_harness() -> Harness:
-    """The correct reference store (one object for both protocols); reopen gives the same one."""
+    """The correct reference store (one object for both protocols) and a true second handle."""
     return Harness(
         new_step_store=_factory(GoodBoth),
         new_session_store=_factory(GoodBoth),
-        reopen=_same,
+        reopen=variations.second_handle,
+    )
+
+
+def _two_handles(cls: type, expected: str) -> Broken:
+    doc = (cls.__doc__ or cls.__name__).strip()
+    return Broken(
+        f"variations.{cls.__name__}: {doc}",
+        expected,
+        Harness(
+            new_step_store=_factory(cls),
+            new_session_store=_factory(cls),
+            reopen=variations.second_handle,
+        ),
     )
 
 
@@ -163,6 +176,11 @@ CATALOGUE: tuple[Broken, ...] = (
     ),
     _sessions(sessions.PutKeepsRecency, "session.model-based"),
     _sessions(sessions.DeleteLeavesSteps, "session.combined.one-session"),
+    _sessions(variations.ListOnePage, "session.list.limit"),
+    _sessions(variations.PutKeepsUpdatedAt, "session.list.fields"),
+    _steps(variations.RollbackTruncates, "step.cancel.append"),
+    _two_handles(variations.CachedGet, "session.durable"),
+    _two_handles(variations.CachedWindow, "step.durable"),
 )
 """Every broken store; a test asserts each fails its expected clause."""
 
