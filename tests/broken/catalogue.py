@@ -181,6 +181,8 @@ CATALOGUE: tuple[Broken, ...] = (
     _steps(variations.RollbackTruncates, "step.cancel.append"),
     _two_handles(variations.CachedGet, "session.durable"),
     _two_handles(variations.CachedWindow, "step.durable"),
+    _steps(variations.StepIdsCut255, "step.isolation"),
+    _sessions(variations.SessionIdsCut255, "session.isolation"),
 )
 """Every broken store; a test asserts each fails its expected clause."""
 

@@ -130,3 +130,17 @@ async def second_handle(store: Any) -> Any:
         if name in vars(other):
             setattr(other, name, {})
     return other
+
+
+class StepIdsCut255(GoodSteps):
+    """Keys sessions by the first 255 characters of the id (a VARCHAR(255) column)."""
+
+    def key(self, session_id: str) -> str:
+        return session_id[:255]
+
+
+class SessionIdsCut255(GoodSessions):
+    """Keys sessions by the first 255 characters of the id (a VARCHAR(255) column)."""
+
+    def key(self, session_id: str) -> str:
+        return session_id[:255]
