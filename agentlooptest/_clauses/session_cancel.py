@@ -79,8 +79,8 @@ async def _cancel_write(
                 got in allowed,
                 did=f"{what} on {on} {sid!r}, cancelled after {point} checkpoint(s), "
                 "then read the session back",
-                expected=" or ".join(repr(a) for a in allowed) + " (whole)",
-                got=got,
+                expected=_clip(" or ".join(repr(a) for a in allowed)) + " (whole)",
+                got=_clip(repr(got)),
                 hint="two round trips without a transaction, or a cache updated before the "
                 "write committed",
             )
@@ -110,6 +110,14 @@ async def session_state(store: Any, sid: str) -> dict[str, object]:
         info = [i for i in await store.list_sessions(limit=1000) if i.id == sid]
         state["listed"] = [(i.status, i.step_count) for i in info]
     return state
+
+
+BIG_DATA = json.dumps({"blob": "y" * 150_000})
+"""Data past 128 KiB: a write that may take more than one round trip, page or chunk."""
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= 800 else f"{text[:800]}... ({len(text):,} chars)"
 
 
 @clause(
@@ -149,6 +157,14 @@ async def _cancel_writes(h: Harness) -> None:
     async def new(store: Any, sid: str) -> None:
         pass
 
+    async def update_big(store: Any, sid: str) -> None:
+        await store.update_data(sid, BIG_DATA)
+
+    def updated_big(store: Any, s: Rule) -> Rule:
+        return {**s, "exists": True, "data": json.loads(BIG_DATA)}
+
+    what = f"update_data(<id>, <{len(BIG_DATA):,} characters of JSON>)"
+    await _cancel_write(h, what, "the written session", seed_session, update_big, updated_big)
     for setup, on in ((new, "the new session"), (seed_session, "the written session")):
         what = "update_data(<id>, '{\"after\": [1, 2, 3]}')"
         await _cancel_write(h, what, on, setup, update, updated)

@@ -183,6 +183,7 @@ CATALOGUE: tuple[Broken, ...] = (
     _two_handles(variations.CachedWindow, "step.durable"),
     _steps(variations.StepIdsCut255, "step.isolation"),
     _sessions(variations.SessionIdsCut255, "session.isolation"),
+    _sessions(variations.ChunksLargeData, "session.cancel.writes"),
 )
 """Every broken store; a test asserts each fails its expected clause."""
 

@@ -144,3 +144,13 @@ class SessionIdsCut255(GoodSessions):
 
     def key(self, session_id: str) -> str:
         return session_id[:255]
+
+
+class ChunksLargeData(GoodSessions):
+    """Data past 64 KiB is written in two round trips (clear, then fill) without a transaction."""
+
+    async def update_data(self, session_id: str, snapshot: str | None) -> None:
+        if isinstance(snapshot, str) and len(snapshot) > 65536:
+            await super().update_data(session_id, None)
+            await trio.lowlevel.checkpoint()
+        await super().update_data(session_id, snapshot)
