@@ -146,7 +146,8 @@ def stalled_call(exc: BaseException) -> tuple[str, str]:
     frames = _frames(exc)
     clause_line = ""
     for filename, line, _ in frames:
-        if Path(filename).resolve().is_relative_to(_CLAUSES):
+        path = Path(filename).resolve()
+        if path.is_relative_to(_CLAUSES) and not path.name.startswith("_"):  # not a helper
             clause_line = linecache.getline(filename, line).strip()
     outside = [f for f in frames if not _library(f[0])]
     if not outside:
