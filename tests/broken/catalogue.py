@@ -184,6 +184,7 @@ CATALOGUE: tuple[Broken, ...] = (
     _steps(variations.StepIdsCut255, "step.isolation"),
     _sessions(variations.SessionIdsCut255, "session.isolation"),
     _sessions(variations.ChunksLargeData, "session.cancel.writes"),
+    _sessions(variations.UpdateRestoresSummary, "session.concurrency.finalize-keeps-data"),
 )
 """Every broken store; a test asserts each fails its expected clause."""
 

@@ -154,3 +154,15 @@ class ChunksLargeData(GoodSessions):
             await super().update_data(session_id, None)
             await trio.lowlevel.checkpoint()
         await super().update_data(session_id, snapshot)
+
+
+class UpdateRestoresSummary(GoodSessions):
+    """update_data reads the row, yields, then saves it back whole: a finalize meanwhile is lost."""
+
+    async def update_data(self, session_id: str, snapshot: str | None) -> None:
+        record = self.records.get(self.key(session_id))
+        read = (record.final, record.total) if record is not None else None
+        await trio.lowlevel.checkpoint()  # the round trip between the read and the write
+        await super().update_data(session_id, snapshot)
+        if record is not None and read is not None:
+            record.final, record.total = read
