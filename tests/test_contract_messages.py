@@ -49,3 +49,14 @@ async def test_cancellation_expectations_come_from_the_rules() -> None:
     assert "'data': {'before': 1}" in expected
     assert "'data': None" not in expected.partition(" or ")[2]
     assert "hint:     two round trips without a transaction" in message
+
+
+async def test_a_failure_ends_with_the_clauses_hint() -> None:
+    """A clause that knows the usual cause names it on the failure's last line."""
+    report = await certify(
+        Harness(new_step_store=_factory(steps.OldestN)), pattern="step.window.newest-n"
+    )
+    message = report.result("step.window.newest-n").message
+    assert message.splitlines()[-1] == (
+        "  hint:     LIMIT n in ascending order: the oldest n, not the newest"
+    )
