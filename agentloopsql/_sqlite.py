@@ -5,15 +5,18 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from typing import Any
+
+import trio
 
 from agentloop import FinalizeSummary, RunStep, Session, SessionInfo
 from agentloop._validate import check_seconds, preview
 from agentloopsql import _codec
+from agentloopsql import _sqlite_rows as _rows
 from agentloopsql._base import SqlStoreBase
 from agentloopsql._jobs import Read
 from agentloopsql._sqlite_exec import SqliteExecutor
 from agentloopsql._sqlite_lease import SqliteLeaseOps
+from agentloopsql._sqlite_reader import InlineReader, InlineReads
 from agentloopsql._sqlite_schema import SYNCHRONOUS, connect
 from agentloopsql._worker import Workers
 
@@ -22,6 +25,8 @@ _STEP_COLUMNS = (
     "duration_ms, prompt_tokens, completion_tokens, created_us"
 )
 _INSERT_STEP = f"INSERT INTO steps ({_STEP_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_LAST_N = f"SELECT {_rows.READ_COLUMNS} FROM steps WHERE session_id = ? ORDER BY seq DESC LIMIT ?"
+_ALL = f"SELECT {_rows.READ_COLUMNS} FROM steps WHERE session_id = ? ORDER BY seq"
 # Above every write_seq stored and every deleted session's (so revisions never repeat).
 _NEXT_WRITE = (
     "(SELECT max(coalesce((SELECT max(write_seq) FROM sessions), 0), "
@@ -49,20 +54,6 @@ def step_params(step: RunStep) -> tuple[object, ...]:
     )
 
 
-def _step(row: tuple[Any, ...]) -> RunStep:
-    return RunStep(
-        session_id=row[0],
-        step_index=row[1],
-        step_type=row[2],
-        content=row[3],
-        tool_args=row[4],
-        duration_ms=row[5],
-        prompt_tokens=row[6],
-        completion_tokens=row[7],
-        created_at=_codec.from_micros(row[8]),
-    )
-
-
 class SqliteOps(SqliteLeaseOps):
     """The SQL of every operation; each runs inside the connection thread's transaction."""
 
@@ -73,18 +64,12 @@ class SqliteOps(SqliteLeaseOps):
         return False  # SQLite never loses a connection mid-call: no outcome is ever unknown
 
     def last_n(self, conn: sqlite3.Connection, session_id: str, n: int) -> list[RunStep]:
-        rows = conn.execute(
-            f"SELECT {_STEP_COLUMNS} FROM steps WHERE session_id = ? ORDER BY seq DESC LIMIT ?",
-            (session_id, n),
-        ).fetchall()
+        rows = conn.execute(_LAST_N, (session_id, n)).fetchall()
         rows.reverse()
-        return [_step(row) for row in rows]
+        return _rows.steps(session_id, rows)
 
     def all(self, conn: sqlite3.Connection, session_id: str) -> list[RunStep]:
-        rows = conn.execute(
-            f"SELECT {_STEP_COLUMNS} FROM steps WHERE session_id = ? ORDER BY seq", (session_id,)
-        ).fetchall()
-        return [_step(row) for row in rows]
+        return _rows.steps(session_id, conn.execute(_ALL, (session_id,)).fetchall())
 
     def get(self, conn: sqlite3.Connection, session_id: str) -> Session | None:
         row = conn.execute(
@@ -193,7 +178,7 @@ class SqliteOps(SqliteLeaseOps):
 _OPS = SqliteOps()
 
 
-class SqliteStore(SqlStoreBase[sqlite3.Connection]):
+class SqliteStore(InlineReads, SqlStoreBase[sqlite3.Connection]):
     """A durable ``StepStore`` and ``SessionStore`` in one SQLite file.
 
     Open with ``await SqliteStore.open(path)``. Implements both protocols and
@@ -219,19 +204,40 @@ class SqliteStore(SqlStoreBase[sqlite3.Connection]):
 
     Use the store from trio, in the run that opened it or later ones.
 
+    **Inline reads** (the exception DESIGN §6 allows): ``last_n`` (windows up
+    to 256 steps) and ``get`` run on a second, read-only connection directly
+    on the trio thread, which saves the hop to the connection thread and
+    back. That connection never waits for a lock (``busy_timeout`` 0): a read
+    that would wait, or fails, goes to the connection thread instead. Both
+    are short indexed reads; their cost grows with the bytes of the steps
+    read (see the README for the measured worst case).
+
     SQLite never loses its connection mid-call, so no outcome is ever unknown.
 
-    **Cancellation handling** (the rule is :class:`SqlStoreBase`'s): once the
-    connection thread has taken a call, it always runs to its end (its
-    transaction commits or rolls back whole) and returns normally.
+    **Cancellation handling** (the rule is :class:`SqlStoreBase`'s): a call
+    the connection thread has taken but that waits for another connection's
+    lock (another process writing) did nothing yet: when its caller is
+    cancelled it is dropped from its batch within a few milliseconds and
+    raises ``trio.Cancelled``, whatever the other callers of its batch do,
+    so no cancelled call waits out ``busy_timeout``. Once its transaction
+    runs, a call runs to its end (it commits or rolls back whole) and
+    returns normally. ``busy_timeout`` still bounds the wait of a call
+    nobody cancels: past it, ``StoreUnavailableError`` names the file and
+    the lock, and the call did nothing.
     """
 
     _ops = _OPS
 
-    def __init__(self, path: str, workers: Workers[sqlite3.Connection]) -> None:
+    def __init__(
+        self,
+        path: str,
+        workers: Workers[sqlite3.Connection],
+        reader: InlineReader | None = None,
+    ) -> None:
         """Use :meth:`open`."""
         self._path = path
         self._workers = workers
+        self._reader = reader
         self._closed = False
 
     @classmethod
@@ -284,14 +290,15 @@ class SqliteStore(SqlStoreBase[sqlite3.Connection]):
             raise TypeError(f"verify must be a bool, got {preview(verify)}")
         mode = _checked_mode(synchronous)
         timeout = check_seconds(busy_timeout, "busy_timeout")  # SQLite holds int ms
-        executor = SqliteExecutor(lambda: connect(name, mode, timeout, verify))
+        executor = SqliteExecutor(lambda: connect(name, mode, timeout, verify), name, timeout)
         workers = Workers(executor, 1, "SqliteStore")
         try:
             await workers.call(Read(_ready))
+            reader = await trio.to_thread.run_sync(InlineReader.open, name)
         except BaseException:
             await workers.close()
             raise
-        return cls(name, workers)
+        return cls(name, workers, reader)
 
     @property
     def path(self) -> str:
@@ -306,6 +313,9 @@ class SqliteStore(SqlStoreBase[sqlite3.Connection]):
         **Cancellation handling**: shielded; once called, the store ends closed.
         """
         self._closed = True
+        if self._reader is not None:
+            # First: the writer, closing last, checkpoints the WAL and removes -wal/-shm.
+            self._reader.close()
         await self._workers.close()
 
     def __repr__(self) -> str:

@@ -66,7 +66,11 @@ class Executor(Protocol[StateT, ConnT]):
         ...
 
     def run_batch(self, state: StateT, jobs: list[Job[ConnT]]) -> None:
-        """Run ``jobs`` and set every ``job.result``; must not raise."""
+        """Run ``jobs`` and set every ``job.result``; must not raise.
+
+        A job may be answered early, before the batch ends: set its result,
+        remove it from ``jobs`` and pass it to :func:`hand_back`.
+        """
         ...
 
     def disconnect(self, state: StateT) -> None:
@@ -158,6 +162,11 @@ class Workers(Generic[ConnT]):
         await trio.lowlevel.checkpoint()
         raise StoreError(f"{self._owner}: the call was interrupted; it did not happen")
 
+    @property
+    def dead(self) -> bool:
+        """Whether a worker died: every later :meth:`call` raises the executor's error."""
+        return self._dead is not None
+
     async def close(self) -> None:
         """Run every job queued so far, then end the threads. Idempotent; shielded."""
         with self._cond:
@@ -212,8 +221,8 @@ class Workers(Generic[ConnT]):
             for job in running:
                 if job.result is None:
                     job.result = outcome.Error(self._executor.dead_error(exc))
-            self._hand_back(running)
             self._die(exc)  # every caller gets the error, with exc as its cause
+            self._hand_back(running)  # after: a caller woken now finds the store dead
         finally:
             self._executor.disconnect(state)
 
@@ -233,12 +242,17 @@ class Workers(Generic[ConnT]):
         self._hand_back(orphans)
 
     def _hand_back(self, jobs: list[Job[ConnT]]) -> None:
-        by_token: dict[trio.lowlevel.TrioToken, list[Job[ConnT]]] = {}
-        for job in jobs:
-            by_token.setdefault(job.token, []).append(job)
-        for token, mine in by_token.items():
-            with contextlib.suppress(trio.RunFinishedError):
-                token.run_sync_soon(_deliver, mine)
+        hand_back(jobs)
+
+
+def hand_back(jobs: list[Job[Any]]) -> None:
+    """Wake each job's caller with its result (set before); from any thread, once per job."""
+    by_token: dict[trio.lowlevel.TrioToken, list[Job[Any]]] = {}
+    for job in jobs:
+        by_token.setdefault(job.token, []).append(job)
+    for token, mine in by_token.items():
+        with contextlib.suppress(trio.RunFinishedError):
+            token.run_sync_soon(_deliver, mine)
 
 
 def dead_worker_error(owner: str, exc: BaseException) -> StoreError:
