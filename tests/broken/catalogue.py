@@ -12,7 +12,7 @@ import attrs
 from agentloop import RunStep
 from agentlooptest import Harness
 
-from . import sessions, steps
+from . import leases, sessions, steps
 from ._good import GoodBoth, GoodSessions, GoodSteps
 
 
@@ -28,10 +28,11 @@ def _factory(cls: type) -> Callable[[], Awaitable[Any]]:
 
 
 def good_harness() -> Harness:
-    """The correct reference store (one object for both protocols); reopen gives the same one."""
+    """The correct reference store (one object for both protocols, with leases); reopen gives
+    the same one."""
     return Harness(
-        new_step_store=_factory(GoodBoth),
-        new_session_store=_factory(GoodBoth),
+        new_step_store=_factory(leases.Leased),
+        new_session_store=_factory(leases.Leased),
         reopen=_same,
     )
 
@@ -163,6 +164,17 @@ CATALOGUE: tuple[Broken, ...] = (
     ),
     _sessions(sessions.PutKeepsRecency, "session.model-based"),
     _sessions(sessions.DeleteLeavesSteps, "session.combined.one-session"),
+    _sessions(leases.SecondOwner, "session.lease.exclusive"),
+    _sessions(leases.TokenReusedAfterRelease, "session.lease.tokens-increase"),
+    _sessions(leases.IgnoresExpiry, "session.lease.expiry"),
+    _sessions(leases.ReleaseFreesAnyone, "session.lease.release"),
+    _sessions(leases.RenewForgets, "session.lease.renew"),
+    _sessions(leases.RenewAfterTakeover, "session.lease.renew-lost"),
+    _sessions(leases.LeaseCreatesSession, "session.lease-calls.not-a-write"),
+    _sessions(leases.AcceptsAnyTtl, "session.lease-calls.bad-input"),
+    _sessions(leases.GrantsThenCancels, "session.lease-calls.cancel"),
+    _sessions(leases.NoFencing, "session.fenced.writes"),
+    _sessions(leases.FenceOutsideTheWrite, "session.fenced.race"),
 )
 """Every broken store; a test asserts each fails its expected clause."""
 
