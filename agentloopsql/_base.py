@@ -7,69 +7,44 @@ that run each call's typed work (``_jobs``) off the trio thread.
 
 from __future__ import annotations
 
-import random
 from types import TracebackType
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, TypeVar, overload
 
 from agentloop import (
     FinalizeSummary,
+    Lease,
     RunStep,
     Session,
     SessionInfo,
-    StoreClosedError,
     validate_n,
     validate_session_id,
 )
 from agentloop._validate import preview
+from agentloopsql._fenced import FencedSqlStore
 from agentloopsql._jobs import (
     AnyWork,
     Append,
     AppendRow,
+    FencedAppend,
     IdempotentWrite,
     KeyedWrite,
     Read,
 )
+from agentloopsql._leases import LeaseMethods, check_lease
+from agentloopsql._ops import Ops, new_key
 from agentloopsql._worker import Workers
 
 if TYPE_CHECKING:
     from typing import Self
 
 ConnT = TypeVar("ConnT")
-ConnT_contra = TypeVar("ConnT_contra", contravariant=True)
 R = TypeVar("R")
-
-_keys = random.Random()
 
 # Windows wider than this are "everything": SQL LIMITs are signed 64-bit.
 _MAX_WINDOW = 2**62
 
 
-def new_key() -> int:
-    """A random 63-bit key: after a lost connection, it tells whether a write landed."""
-    return _keys.getrandbits(63)
-
-
-class Ops(Protocol[ConnT_contra]):
-    """One synchronous function per operation; each is a single transaction's work."""
-
-    def append(self, conn: ConnT_contra, step: RunStep, key: int) -> None: ...
-    def append_landed(self, conn: ConnT_contra, session_id: str, key: int) -> bool: ...
-    def last_n(self, conn: ConnT_contra, session_id: str, n: int) -> list[RunStep]: ...
-    def all(self, conn: ConnT_contra, session_id: str) -> list[RunStep]: ...
-    def get(self, conn: ConnT_contra, session_id: str) -> Session | None: ...
-    def exists(self, conn: ConnT_contra, session_id: str) -> bool: ...
-    def update_data(self, conn: ConnT_contra, session_id: str, snapshot: str | None) -> None: ...
-    def put(self, conn: ConnT_contra, session: Session) -> None: ...
-    def finalize(
-        self, conn: ConnT_contra, session_id: str, summary: FinalizeSummary, key: int
-    ) -> None: ...
-    def finalize_landed(self, conn: ConnT_contra, session_id: str, key: int) -> bool: ...
-    def final(self, conn: ConnT_contra, session_id: str) -> FinalizeSummary | None: ...
-    def list_sessions(self, conn: ConnT_contra, limit: int) -> list[SessionInfo]: ...
-    def delete_session(self, conn: ConnT_contra, session_id: str) -> bool: ...
-
-
-class SqlStoreBase(Generic[ConnT]):
+class SqlStoreBase(LeaseMethods[ConnT]):
     """Both protocols and every optional capability over one SQL backend.
 
     Every method checks its arguments on the trio thread (``TypeError``,
@@ -91,6 +66,8 @@ class SqlStoreBase(Generic[ConnT]):
     and ``finalize`` can be unknown, and only on a store whose connection can
     be lost mid-call; they carry a random key so a retry never applies them
     twice. The other writes are idempotent and may simply be retried.
+
+    **Leases**: see ``LeaseMethods`` and :meth:`fenced`.
     """
 
     _ops: Ops[ConnT]
@@ -104,10 +81,6 @@ class SqlStoreBase(Generic[ConnT]):
     async def _run(self, work: AnyWork[ConnT]) -> object:
         """Queue ``work`` for the worker threads and return its result."""
         return await self._workers.call(work)
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise StoreClosedError(f"{type(self).__name__} is closed")
 
     async def __aenter__(self) -> Self:
         return self
@@ -139,17 +112,26 @@ class SqlStoreBase(Generic[ConnT]):
 
         **Cancellation handling**: all-or-nothing (see :class:`SqlStoreBase`).
         """
+        await self._append(step, None)
+
+    async def _append(self, step: RunStep, fence: Lease | None) -> None:
         if not isinstance(step, RunStep):
             raise TypeError(f"step must be a RunStep, got {preview(step)}")
         key = new_key()
         ops = self._ops
-        await self._run(
-            Append(
-                rows=(AppendRow(step, key),),
-                run=lambda conn: ops.append(conn, step, key),
-                committed=lambda conn: ops.append_landed(conn, step.session_id, key),
-            )
-        )
+        rows = (AppendRow(step, key),)
+
+        def insert(conn: ConnT) -> None:
+            ops.append(conn, step, key)
+
+        def committed(conn: ConnT) -> bool:
+            return ops.append_landed(conn, step.session_id, key)
+
+        if fence is None or fence.session_id != step.session_id:
+            await self._run(Append(rows=rows, run=insert, committed=committed))
+        else:
+            run = self._fence(fence, step.session_id, insert)
+            await self._run(FencedAppend(run=run, committed=committed, rows=rows, lease=fence))
 
     async def last_n(self, session_id: str, n: int) -> list[RunStep]:
         """The newest ``n`` steps of the session, oldest first; ``[]`` for an unknown session.
@@ -226,13 +208,19 @@ class SqlStoreBase(Generic[ConnT]):
 
         **Cancellation handling**: all-or-nothing (see :class:`SqlStoreBase`).
         """
+        await self._update_data(session_id, snapshot, None)
+
+    async def _update_data(
+        self, session_id: str, snapshot: str | None, fence: Lease | None
+    ) -> None:
         validate_session_id(session_id)
         if snapshot is not None and not isinstance(snapshot, str):
             raise TypeError(f"snapshot must be JSON text or None, got {preview(snapshot)}")
         self._check_open()
         Session(session_id, data=snapshot)  # validates the JSON, naming the field "data"
         ops = self._ops
-        await self._run(IdempotentWrite(lambda conn: ops.update_data(conn, session_id, snapshot)))
+        write = self._fence(fence, session_id, lambda c: ops.update_data(c, session_id, snapshot))
+        await self._run(IdempotentWrite(write))
 
     async def finalize(self, session_id: str, summary: FinalizeSummary) -> None:
         """Record ``summary`` as the session's latest run; the data snapshot is kept.
@@ -245,6 +233,11 @@ class SqlStoreBase(Generic[ConnT]):
 
         **Cancellation handling**: all-or-nothing (see :class:`SqlStoreBase`).
         """
+        await self._finalize(session_id, summary, None)
+
+    async def _finalize(
+        self, session_id: str, summary: FinalizeSummary, fence: Lease | None
+    ) -> None:
         validate_session_id(session_id)
         if not isinstance(summary, FinalizeSummary):
             raise TypeError(f"summary must be a FinalizeSummary, got {preview(summary)}")
@@ -252,7 +245,9 @@ class SqlStoreBase(Generic[ConnT]):
         ops = self._ops
         await self._run(
             KeyedWrite(
-                run=lambda conn: ops.finalize(conn, session_id, summary, key),
+                run=self._fence(
+                    fence, session_id, lambda c: ops.finalize(c, session_id, summary, key)
+                ),
                 committed=lambda conn: ops.finalize_landed(conn, session_id, key),
             )
         )
@@ -269,10 +264,15 @@ class SqlStoreBase(Generic[ConnT]):
 
         **Cancellation handling**: all-or-nothing (see :class:`SqlStoreBase`).
         """
+        await self._put(session, None)
+
+    async def _put(self, session: Session, fence: Lease | None) -> None:
         if not isinstance(session, Session):
             raise TypeError(f"session must be a Session, got {preview(session)}")
         ops = self._ops
-        await self._run(IdempotentWrite(lambda conn: ops.put(conn, session)))
+        await self._run(
+            IdempotentWrite(self._fence(fence, session.id, lambda c: ops.put(c, session)))
+        )
 
     async def final(self, session_id: str) -> FinalizeSummary | None:
         """The latest ``finalize`` summary, or ``None`` if the session never finalized.
@@ -308,7 +308,8 @@ class SqlStoreBase(Generic[ConnT]):
     async def delete_session(self, session_id: str) -> bool:
         """Drop the session, its steps and its summaries in one transaction.
 
-        Returns ``True`` if the store held anything for the session.
+        Returns ``True`` if the store held anything for the session. Its lease
+        row stays: a later acquire still gets a larger token.
 
         Raises:
             StoreClosedError: the store was closed.
@@ -316,6 +317,26 @@ class SqlStoreBase(Generic[ConnT]):
 
         **Cancellation handling**: all-or-nothing (see :class:`SqlStoreBase`).
         """
+        return await self._delete_session(session_id, None)
+
+    async def _delete_session(self, session_id: str, fence: Lease | None) -> bool:
         validate_session_id(session_id)
         ops = self._ops
-        return await self._run(IdempotentWrite(lambda conn: ops.delete_session(conn, session_id)))
+        write = self._fence(fence, session_id, lambda c: ops.delete_session(c, session_id))
+        return await self._run(IdempotentWrite(write))
+
+    def fenced(self, lease: Lease) -> FencedSqlStore[ConnT]:
+        """A view of this store whose writes to ``lease.session_id`` are fenced by ``lease``.
+
+        See :class:`~agentloopsql._fenced.FencedSqlStore`. An expired or
+        released lease that nobody acquired since still writes (no other
+        writer exists). Whether this store granted ``lease`` is checked by each
+        fenced write (``ValueError``, nothing written): this call does no I/O.
+
+        Raises:
+            TypeError: ``lease`` is not a ``Lease``.
+            StoreClosedError: the store was closed.
+        """
+        check_lease(lease)
+        self._check_open()
+        return FencedSqlStore(self, lease)

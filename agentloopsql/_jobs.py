@@ -5,12 +5,15 @@ do beyond running the work once: whether the work writes, whether it may be
 run again after a lost connection, how to tell whether a lost attempt
 committed, and which steps it appends (so appends can share a commit).
 
-Room to grow: a fenced write (a write checked against a session lease inside
-its transaction) adds the lease as a typed field of the kind it fences, and
-its ``run`` does the check; an ``append_many`` call is one :class:`Append`
-with several rows. Executors never split one call's rows, and when a shared
-transaction or statement is refused they rerun each call alone, so a refused
-call fails only itself.
+A fenced write (checked against a session lease inside its transaction) is
+the kind it fences, with a ``run`` that checks the lease first and raises
+``LeaseLostError`` before writing anything. A fenced append is a
+:class:`FencedAppend`: a :class:`KeyedWrite`, never an :class:`Append`,
+because an executor may insert an ``Append``'s rows by a statement of its
+own that would skip the check. An ``append_many`` call is one
+:class:`Append` with several rows. Executors never split one call's rows,
+and when a shared transaction or statement is refused they rerun each call
+alone, so a refused call fails only itself.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any, Generic, NamedTuple, TypeAlias, TypeVar
 
 import attrs
 
-from agentloop import RunStep
+from agentloop import Lease, RunStep
 
 ConnT = TypeVar("ConnT")
 R = TypeVar("R")
@@ -78,6 +81,20 @@ class Append(Generic[ConnT]):
     rows: tuple[AppendRow, ...]
     run: Callable[[ConnT], None]
     committed: Callable[[ConnT], bool]
+
+
+@attrs.frozen
+class FencedAppend(KeyedWrite[ConnT]):
+    """``rows`` appended only while ``lease`` holds; ``run`` checks it in the same transaction.
+
+    An executor that knows nothing of it runs it as the :class:`KeyedWrite` it
+    is (at most once, ``committed`` after a lost connection). ``rows`` and
+    ``lease`` are there for one that wants to share a commit among fenced
+    appends: it must keep each call's lease check inside that transaction.
+    """
+
+    rows: tuple[AppendRow, ...]
+    lease: Lease
 
 
 Work: TypeAlias = Read[ConnT, R] | IdempotentWrite[ConnT, R] | KeyedWrite[ConnT] | Append[ConnT]

@@ -1,15 +1,22 @@
 """The SQL of every ``PostgresStore`` operation, one autocommit statement each.
 
 Each operation is a single statement, so it is its own transaction: it
-commits whole or not at all. Imported only once psycopg is known to be installed.
+commits whole or not at all. A fenced write is the exception: one
+transaction holding a share lock on the session's lease row, then the write.
+
+Imported only once psycopg is known to be installed.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from agentloop import FinalizeSummary, RunStep, Session, SessionInfo
+from agentloop import FinalizeSummary, Lease, LeaseLostError, RunStep, Session, SessionInfo
+from agentloop._validate import preview
 from agentloopsql import _codec
+from agentloopsql._leases import Held, check_fence, check_granted, check_renewable
 from agentloopsql._pg_schema import render
 
 if TYPE_CHECKING:
@@ -22,6 +29,9 @@ _STEP_COLUMNS = (
     "duration_ms, prompt_tokens, completion_tokens, created_at"
 )
 _FINAL = ", ".join(_codec.FINAL_COLUMNS)
+_UNTIL = "now() + make_interval(secs => %(ttl)s)"
+
+R = TypeVar("R")
 
 _QUERIES = {
     # A row whose (session_id, append_key) is already stored is the same append
@@ -78,6 +88,37 @@ _QUERIES = {
         "gone_steps AS (DELETE FROM {s}.steps WHERE session_id = %(id)s RETURNING 1), "
         "gone_session AS (DELETE FROM {s}.sessions WHERE id = %(id)s RETURNING 1) "
         "SELECT (SELECT count(*) FROM gone_steps) + (SELECT count(*) FROM gone_session)"
+    ),
+    # Leases: judged on the server's clock. now() is the statement's start: a
+    # statement that waited for a row lock sees an earlier time, which can only
+    # make a lease look live a moment longer, never free it early. The row
+    # lock ON CONFLICT DO UPDATE takes makes concurrent acquires queue, and
+    # each re-reads the row it waited for. A granted live lease of the same
+    # owner keeps its token; anything else granted gets token + 1.
+    "lease_acquire": (
+        "INSERT INTO {s}.leases AS l (session_id, owner, token, expires_at) "
+        f"VALUES (%(id)s, %(owner)s, 1, {_UNTIL}) "
+        "ON CONFLICT (session_id) DO UPDATE SET owner = EXCLUDED.owner, "
+        "token = CASE WHEN l.expires_at > now() THEN l.token ELSE l.token + 1 END, "
+        "expires_at = EXCLUDED.expires_at "
+        "WHERE l.expires_at IS NULL OR l.expires_at <= now() OR l.owner = EXCLUDED.owner "
+        "RETURNING token, expires_at"
+    ),
+    "lease_renew": (
+        f"UPDATE {{s}}.leases SET expires_at = {_UNTIL} WHERE session_id = %(id)s "
+        "AND token = %(token)s AND owner = %(owner)s AND expires_at IS NOT NULL "
+        "RETURNING expires_at"
+    ),
+    "lease_release": (
+        "UPDATE {s}.leases SET expires_at = NULL WHERE session_id = %(id)s "
+        "AND token = %(token)s AND owner = %(owner)s RETURNING 1"
+    ),
+    "lease_held": "SELECT owner, token, expires_at IS NULL FROM {s}.leases WHERE session_id = %s",
+    # The share lock makes a takeover (which must lock the row to update it)
+    # wait until the fenced write's transaction ends, and makes the check
+    # read the latest committed row, never a stale one.
+    "lease_fence": (
+        "SELECT owner, token, expires_at IS NULL FROM {s}.leases WHERE session_id = %s FOR SHARE"
     ),
 }
 
@@ -202,3 +243,37 @@ class PgOps:
     def delete_session(self, conn: Conn, session_id: str) -> bool:
         row = conn.execute(self.q["delete_session"], {"id": session_id}).fetchone()
         return row is not None and int(row[0]) > 0
+
+    def acquire_lease(
+        self, conn: Conn, session_id: str, owner: str, ttl: float
+    ) -> tuple[int, datetime] | None:
+        params = {"id": session_id, "owner": owner, "ttl": ttl}
+        row = conn.execute(self.q["lease_acquire"], params).fetchone()
+        return (int(row[0]), _codec.as_utc(row[1])) if row is not None else None
+
+    def renew_lease(self, conn: Conn, lease: Lease, ttl: float) -> datetime:
+        params = {"id": lease.session_id, "token": lease.token, "owner": lease.owner, "ttl": ttl}
+        row = conn.execute(self.q["lease_renew"], params).fetchone()
+        if row is not None:
+            return _codec.as_utc(row[0])
+        check_renewable(lease, self._held(conn, lease.session_id))  # says why it was refused
+        # Unreachable in practice: a lease refused once stays refused (tokens only grow).
+        raise LeaseLostError(
+            f"lease {lease.token} of session {preview(lease.session_id)} changed while "
+            "being renewed; acquire a new one"
+        )
+
+    def release_lease(self, conn: Conn, lease: Lease) -> None:
+        params = {"id": lease.session_id, "token": lease.token, "owner": lease.owner}
+        if conn.execute(self.q["lease_release"], params).fetchone() is None:
+            check_granted(lease, self._held(conn, lease.session_id))  # else: lost, a no-op
+
+    def fenced_write(self, conn: Conn, lease: Lease, write: Callable[[Conn], R]) -> R:
+        with conn.transaction():
+            row = conn.execute(self.q["lease_fence"], (lease.session_id,)).fetchone()
+            check_fence(lease, Held(row[0], int(row[1]), row[2]) if row is not None else None)
+            return write(conn)
+
+    def _held(self, conn: Conn, session_id: str) -> Held | None:
+        row = conn.execute(self.q["lease_held"], (session_id,)).fetchone()
+        return Held(row[0], int(row[1]), row[2]) if row is not None else None

@@ -92,6 +92,18 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "AND later.seq > earlier.seq",
         "CREATE UNIQUE INDEX steps_append_once ON {s}.steps (append_key, session_id)",
     ),
+    (
+        # One row per session ever leased, never deleted (so tokens only grow);
+        # expires_at (the server's clock) is NULL once the lease is released.
+        """
+        CREATE TABLE {s}.leases (
+            session_id text COLLATE "C" PRIMARY KEY,
+            owner text NOT NULL,
+            token bigint NOT NULL,
+            expires_at timestamptz
+        )
+        """,
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -47,15 +47,17 @@ _STEPS = (
     ("append_key", "bigint"),
 )
 _FINALIZE_KEYS = (("session_id", "text"), ("key", "bigint"))
+_LEASES = (("session_id", "text"), ("owner", "text"), ("token", "bigint"), ("expires_at", _TSTZ))
 _VERSION_TABLE = (("version", "integer"),)
 
-# The tables (with their columns, in order) each schema version has; versions
-# after 2 changed only indexes. A version missing here has the previous one's.
+# The tables (with their columns, in order) each schema version added; version
+# 3 changed only indexes. A version missing here has the previous one's.
 _TABLES_FROM: dict[int, dict[str, tuple[tuple[str, str], ...]]] = {
     1: {"schema_version": _VERSION_TABLE, "sessions": _SESSIONS, "steps": _STEPS},
     2: {"finalize_keys": _FINALIZE_KEYS},
+    4: {"leases": _LEASES},
 }
-_OURS = ("schema_version", "sessions", "steps", "finalize_keys", "session_writes")
+_OURS = ("schema_version", "sessions", "steps", "finalize_keys", "leases", "session_writes")
 SYSTEM_SCHEMAS = ("information_schema",)  # and every name starting with pg_
 
 _COLUMNS = (
@@ -104,7 +106,13 @@ def inspect(conn: psycopg.Connection[Any], schema: str, newest: int) -> int | No
             "store (or a damaged one); refusing to change it"
         )
     version = _read_version(conn, schema, found.get("schema_version", []), newest)
-    for table, columns in expected_tables(version).items():
+    expected = expected_tables(version)
+    for table in sorted(set(kinds) - set(expected) - {"session_writes"}):
+        raise StoreError(
+            f"schema {schema!r} is version {version} but already has {table!r}, which "
+            "that version does not have (another application's?); refusing to change it"
+        )
+    for table, columns in expected.items():
         if kinds.get(table) != "r" or tuple(found.get(table, [])) != columns:
             raise StoreError(
                 f"schema {schema!r}: table {table!r} is missing or not of the shape "

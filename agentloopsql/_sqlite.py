@@ -12,6 +12,7 @@ from agentloopsql import _codec
 from agentloopsql._base import SqlStoreBase
 from agentloopsql._jobs import Read
 from agentloopsql._sqlite_exec import SqliteExecutor
+from agentloopsql._sqlite_lease import SqliteLeaseOps
 from agentloopsql._sqlite_schema import SYNCHRONOUS, connect
 from agentloopsql._worker import Workers
 
@@ -53,7 +54,7 @@ def _step(row: tuple[Any, ...]) -> RunStep:
     )
 
 
-class SqliteOps:
+class SqliteOps(SqliteLeaseOps):
     """The SQL of every operation; each runs inside the connection thread's transaction."""
 
     def append(self, conn: sqlite3.Connection, step: RunStep, key: int) -> None:
@@ -158,7 +159,12 @@ class SqliteStore(SqlStoreBase[sqlite3.Connection]):
 
     Open with ``await SqliteStore.open(path)``. Implements both protocols and
     every optional capability (``put``, ``final``, ``all``, ``list_sessions``,
-    ``delete_session``, ``aclose``); also an async context manager.
+    ``delete_session``, ``aclose``, session leases with ``fenced`` views);
+    also an async context manager.
+
+    **Leases** hold across every handle and process on the file: each lease
+    call and each fenced write is one ``BEGIN IMMEDIATE`` transaction (the
+    file's write lock), and expiry is judged on this machine's clock.
 
     One dedicated thread owns the store's ``sqlite3`` connection (WAL journal,
     a busy timeout so processes sharing the file wait for each other). Writes

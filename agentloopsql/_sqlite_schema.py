@@ -52,6 +52,19 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """,
         "CREATE INDEX steps_by_session ON steps (session_id, seq)",
     ),
+    (
+        # One row per session ever leased, never deleted (so tokens only grow);
+        # expires_us (microseconds since the epoch, this machine's clock) is
+        # NULL once the lease is released.
+        """
+        CREATE TABLE leases (
+            session_id TEXT PRIMARY KEY NOT NULL,
+            owner TEXT NOT NULL,
+            token INTEGER NOT NULL,
+            expires_us INTEGER
+        ) WITHOUT ROWID
+        """,
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -179,6 +179,7 @@ def _make_version_2_with_duplicates(dsn: str, schema: str) -> None:
             content,
             key,
         )
+    raw(dsn, f"DROP TABLE {s}.leases")
     raw(dsn, f"UPDATE {s}.schema_version SET version = 2")
 
 
