@@ -50,7 +50,10 @@ async def _race_acquirers(first: Any, second: Any, sid: str, did: str) -> Lease:
         len(winners) == 1,
         did=did,
         expected="exactly one Lease; None for every other owner",
-        got=f"{len(winners)} leases: {sorted(winners.items())!r:.500}",
+        got=f"{len(winners)} leases: "
+        + ", ".join(
+            f"{o} got token {getattr(g, 'token', g)!r}" for o, g in sorted(winners.items())
+        ),
     )
     [(owner, got)] = winners.items()
     return expect_lease(got, sid, owner, did)
