@@ -89,9 +89,14 @@ async def _fenced_writes(h: Harness) -> None:
         )
 
 
-TRIALS = 8
-"""Races per fenced write in ``session.fenced.race``; trial ``k`` starts the takeover ``k``
-checkpoints after the write."""
+DELAYS = range(-4, 4)
+"""The races per fenced write in ``session.fenced.race``: at delay ``d >= 0`` the takeover
+starts ``d`` checkpoints after the write, at ``d < 0`` the write ``-d`` after the takeover."""
+
+
+async def _checkpoints(count: int) -> None:
+    for _ in range(count):
+        await trio.lowlevel.checkpoint()
 
 
 async def _shows_late(store: Any, view: Any, sid: str, op: str) -> bool:
@@ -101,12 +106,19 @@ async def _shows_late(store: Any, view: Any, sid: str, op: str) -> bool:
     return json_equal(LATE, (await store.get(sid)).data)
 
 
+def _head_start(delay: int) -> str:
+    if delay >= 0:
+        return f"the takeover started {delay} checkpoint(s) after the write"
+    return f"the write started {-delay} checkpoint(s) after the takeover"
+
+
 async def _race_once(store: Any, view: Any, sid: str, op: str, delay: int) -> None:
     """The old holder's late ``op`` races another owner's takeover and first read."""
     outcome: list[str] = []
     first_read: list[bool] = []
 
     async def old_holder() -> None:
+        await _checkpoints(-delay)
         try:
             if op == "append":
                 await view.append(step(sid, 1, content=LATE))
@@ -118,8 +130,7 @@ async def _race_once(store: Any, view: Any, sid: str, op: str, delay: int) -> No
             outcome.append("returned")
 
     async def new_holder() -> None:
-        for _ in range(delay):
-            await trio.lowlevel.checkpoint()
+        await _checkpoints(delay)
         await take_over(store, sid, fresh_owner("b"), f"the takeover of {sid!r}")
         first_read.append(await _shows_late(store, view, sid, op))
 
@@ -131,7 +142,7 @@ async def _race_once(store: Any, view: Any, sid: str, op: str, delay: int) -> No
     expect(
         first_read == [landed] and later == landed,
         did=f"a's lease of {sid!r} expired; a's fenced {op} raced another owner's "
-        f"acquire_lease and first read (started {delay} checkpoint(s) later)",
+        f"acquire_lease and first read ({_head_start(delay)})",
         expected="the write landed before the takeover (the new holder's first read shows it) "
         "or it raised LeaseLostError and no read ever shows it",
         got=f"the write {outcome[0]}; the new holder's first read "
@@ -152,7 +163,7 @@ async def _race_once(store: Any, view: Any, sid: str, op: str, delay: int) -> No
 async def _fenced_race(h: Harness) -> None:
     async with open_sessions(h) as store:
         trials: list[tuple[Any, str, str, int]] = []
-        for delay in range(TRIALS):
+        for delay in DELAYS:
             for op in ("update_data", "append"):
                 sid = f"race-{op}-{delay}"
                 await store.update_data(sid, '{"writer": "seed"}')
