@@ -8,8 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from agentloop import FinalizeSummary, LeaseLostError, RunStatus, Session, StepStore
-from agentlooptest._clause import clause, expect, expect_refused
+from agentloop import (
+    FinalizeSummary,
+    LeaseLostError,
+    RunStatus,
+    Session,
+    SessionStore,
+    StepStore,
+)
+from agentlooptest._clause import CAPABILITIES, clause, expect, expect_refused
 from agentlooptest._clauses._leases import (
     SHORT_TTL,
     acquire,
@@ -50,9 +57,29 @@ def _late_writes(view: Any, sid: str) -> list[tuple[str, Callable[[], Awaitable[
     return writes
 
 
+def _capabilities(store: object) -> set[str]:
+    protocols = {**CAPABILITIES, "combined": StepStore, "SessionStore": SessionStore}
+    found = {name for name, proto in protocols.items() if isinstance(store, proto)}
+    return {"StepStore" if name == "combined" else name for name in found}
+
+
+def _expect_whole_view(store: object, view: object) -> None:
+    """``view`` has every protocol and capability ``store`` has (DESIGN §7)."""
+    missing = sorted(_capabilities(store) - _capabilities(view))
+    expect(
+        not missing,
+        did="acquire_lease('f', a, 0.2), then fenced(<the lease>)",
+        expected=f"a view with every protocol and capability of the store: "
+        f"{sorted(_capabilities(store))}",
+        got=f"a {type(view).__name__} without {missing}",
+        why="the loop makes every write of a leased run through the view; a view without "
+        "append (or another write) leaves those writes unfenced or the run unable to make them",
+    )
+
+
 @clause(
     "session.fenced.writes",
-    "after a takeover, the old holder's fenced writes raise LeaseLostError and change nothing",
+    "a fenced view is the whole store; after a takeover it refuses every write, changing nothing",
     capability="lease",
     why=LOST,
 )
@@ -63,6 +90,7 @@ async def _fenced_writes(h: Harness) -> None:
             await Steps(h, store).append(step("f", 0, content="seeded"))
         old = await acquire(store, "f", fresh_owner("a"), SHORT_TTL, "acquire_lease('f', a, 0.2)")
         view = store.fenced(old)
+        _expect_whole_view(store, view)
         await view.update_data("f", '{"holder": "a"}')
         await expect_data(
             store, "f", '{"holder": "a"}', "update_data('f') through a's fenced view, then get('f')"

@@ -174,6 +174,7 @@ CATALOGUE: tuple[Broken, ...] = (
     _sessions(leases.AcceptsAnyTtl, "session.lease-calls.bad-input"),
     _sessions(leases.GrantsThenCancels, "session.lease-calls.cancel"),
     _sessions(leases.NoFencing, "session.fenced.writes"),
+    _sessions(leases.ViewWithoutAppends, "session.fenced.writes"),
     _sessions(leases.FenceOutsideTheWrite, "session.fenced.race"),
 )
 """Every broken store; a test asserts each fails its expected clause."""

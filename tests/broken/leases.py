@@ -192,6 +192,26 @@ class FenceOutsideTheWrite(Leased):
         return _FenceThenAwait(self, lease)
 
 
+class _SessionOnlyView(Fenced):
+    """A fenced view without the step store's methods."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("last_n", "all"):
+            raise AttributeError(name)
+        return super().__getattr__(name)
+
+    @property
+    def append(self) -> Any:
+        raise AttributeError("append")
+
+
+class ViewWithoutAppends(Leased):
+    """fenced() gives a session-only view: the old holder's appends go to the store unchecked."""
+
+    def fenced(self, lease: Lease) -> Any:
+        return _SessionOnlyView(self, lease)
+
+
 class RenewAfterTakeover(Leased):
     """renew_lease extends whatever lease the session has, not checking the token."""
 
