@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from typing import Any
@@ -21,7 +22,15 @@ _STEP_COLUMNS = (
     "duration_ms, prompt_tokens, completion_tokens, created_us"
 )
 _INSERT_STEP = f"INSERT INTO steps ({_STEP_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-_NEXT_WRITE = "(SELECT coalesce(max(write_seq), 0) + 1 FROM sessions)"
+# Above every write_seq stored and every deleted session's (so revisions never repeat).
+_NEXT_WRITE = (
+    "(SELECT max(coalesce((SELECT max(write_seq) FROM sessions), 0), "
+    "coalesce((SELECT max(revision) FROM revision_floors), 0)) + 1)"
+)
+_REVISION = (
+    "SELECT coalesce((SELECT write_seq FROM sessions WHERE id = ?1), "
+    "(SELECT revision FROM revision_floors WHERE session_id = ?1), 0)"
+)
 _FINAL = ", ".join(_codec.FINAL_COLUMNS)
 
 
@@ -146,9 +155,39 @@ class SqliteOps(SqliteLeaseOps):
         ]
 
     def delete_session(self, conn: sqlite3.Connection, session_id: str) -> bool:
+        conn.execute(
+            "INSERT INTO revision_floors (session_id, revision) "
+            "SELECT id, write_seq FROM sessions WHERE id = ? "
+            "ON CONFLICT (session_id) DO UPDATE SET revision = excluded.revision",
+            (session_id,),
+        )
         steps = conn.execute("DELETE FROM steps WHERE session_id = ?", (session_id,)).rowcount
         rows = conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount
         return steps + rows > 0
+
+    def get_many(self, conn: sqlite3.Connection, session_ids: list[str]) -> dict[str, Session]:
+        rows = conn.execute(
+            "SELECT id, model, system_prompt, data FROM sessions "
+            "WHERE id IN (SELECT value FROM json_each(?))",
+            (json.dumps(session_ids),),
+        ).fetchall()
+        return {
+            sid: Session(id=sid, model=model, system_prompt=prompt, data=data)
+            for sid, model, prompt, data in rows
+        }
+
+    def revision(self, conn: sqlite3.Connection, session_id: str) -> int:
+        return int(conn.execute(_REVISION, (session_id,)).fetchone()[0])
+
+    def update_data_if(
+        self, conn: sqlite3.Connection, session_id: str, snapshot: str | None, revision: int
+    ) -> tuple[bool, int]:
+        # One transaction on the store's one write connection: nothing lands between.
+        current = self.revision(conn, session_id)
+        if current != revision:
+            return False, current
+        self.update_data(conn, session_id, snapshot)
+        return True, self.revision(conn, session_id)
 
 
 _OPS = SqliteOps()

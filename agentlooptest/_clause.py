@@ -16,11 +16,14 @@ from agentloop import (
     StoreClosedError,
     SupportsAclose,
     SupportsAll,
+    SupportsAppendMany,
     SupportsDeleteSession,
     SupportsFinal,
+    SupportsGetMany,
     SupportsLease,
     SupportsListSessions,
     SupportsPut,
+    SupportsRevisions,
 )
 
 if TYPE_CHECKING:
@@ -33,6 +36,9 @@ CAPABILITIES: dict[str, type] = {
     "put": SupportsPut,
     "final": SupportsFinal,
     "all": SupportsAll,
+    "append_many": SupportsAppendMany,
+    "get_many": SupportsGetMany,
+    "revisions": SupportsRevisions,
     "list_sessions": SupportsListSessions,
     "delete_session": SupportsDeleteSession,
     "aclose": SupportsAclose,

@@ -69,7 +69,7 @@ def test_builtin_stores_certified(
     assert out.count("\nCERTIFIED (") == 2
     for c in CLAUSES:
         assert c.id in out
-    assert "conformance level: step: base + all, delete_session, aclose" in out
+    assert "conformance level: step: base + all, append_many, delete_session, aclose" in out
     assert "\nCERTIFIED (" in out
     assert "FAIL" not in out
 

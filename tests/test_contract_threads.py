@@ -118,6 +118,22 @@ class Threaded:
         """See GoodBoth."""
         return await self._call("delete_session", session_id)
 
+    async def append_many(self, steps: Any) -> None:
+        """See GoodBoth."""
+        await self._call("append_many", steps)
+
+    async def get_many(self, session_ids: Any) -> Any:
+        """See GoodBoth."""
+        return await self._call("get_many", session_ids)
+
+    async def revision(self, session_id: str) -> Any:
+        """See GoodBoth."""
+        return await self._call("revision", session_id)
+
+    async def update_data_if(self, session_id: str, snapshot: Any, revision: Any) -> Any:
+        """See GoodBoth."""
+        return await self._call("update_data_if", session_id, snapshot, revision)
+
     async def acquire_lease(self, session_id: str, owner: str, ttl: Any) -> Any:
         """See Leased."""
         return await self._call("acquire_lease", session_id, owner, ttl)

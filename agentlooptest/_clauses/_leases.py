@@ -15,7 +15,7 @@ from typing import Any, cast
 
 import trio
 
-from agentloop import Lease, Session, SessionInfo, StepStore
+from agentloop import Lease, Session, SessionInfo, StepStore, SupportsRevisions
 from agentlooptest._clause import Violation, expect
 
 SHORT_TTL = 0.2
@@ -153,7 +153,7 @@ async def listing(store: Any) -> list[tuple[object, ...]]:
 
 
 async def session_state(store: Any, sid: str, steps: Any = None) -> dict[str, object]:
-    """What a plain handle shows of ``sid``: ``exists``, ``get``, ``final`` and its steps.
+    """What a plain handle shows of ``sid``: ``exists``, ``get``, ``final``, its revision, steps.
 
     The steps are read from ``steps`` (reads are never fenced), else from
     ``store`` when it is a ``StepStore`` too.
@@ -166,6 +166,8 @@ async def session_state(store: Any, sid: str, steps: Any = None) -> dict[str, ob
     }
     if hasattr(store, "final"):
         state["final"] = await store.final(sid)
+    if isinstance(store, SupportsRevisions):
+        state["revision"] = await store.revision(sid)
     steps = steps if steps is not None else store if isinstance(store, StepStore) else None
     if steps is not None:
         state["steps"] = [(s.step_index, s.content) for s in await steps.last_n(sid, 100)]

@@ -15,6 +15,8 @@ from agentloop import (
     Session,
     SessionStore,
     StepStore,
+    SupportsAppendMany,
+    SupportsRevisions,
 )
 from agentlooptest._clause import CAPABILITIES, clause, expect, expect_refused
 from agentlooptest._clauses._leases import (
@@ -52,9 +54,24 @@ def _late_writes(view: Any, sid: str) -> list[tuple[str, Callable[[], Awaitable[
     if hasattr(view, "put"):
         late = Session(sid, "late-model", "late prompt", LATE)
         writes.append((f"put(Session({sid!r}, 'late-model', ...))", partial(view.put, late)))
+    if isinstance(view, SupportsRevisions):
+        writes.append(
+            (
+                f"update_data_if({sid!r}, {LATE!r}, <its current revision>)",
+                partial(_update_current, view, sid),
+            )
+        )
     if isinstance(view, StepStore):
         writes.append((f"append(<step 7 of {sid!r}>)", partial(view.append, step(sid, 7))))
+    if isinstance(view, SupportsAppendMany):
+        batch = [step(sid, 8), step(sid, 9)]
+        writes.append((f"append_many(<steps 8, 9 of {sid!r}>)", partial(view.append_many, batch)))
     return writes
+
+
+async def _update_current(view: Any, sid: str) -> object:
+    """``update_data_if`` at the session's current revision: only the lease can refuse it."""
+    return await view.update_data_if(sid, LATE, await view.revision(sid))
 
 
 def _capabilities(store: object) -> set[str]:

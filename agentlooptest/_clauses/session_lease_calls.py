@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 @clause(
     "session.lease-calls.not-a-write",
-    "lease calls create no session and move neither updated_at nor list_sessions order",
+    "lease calls create no session and move no revision, updated_at or list_sessions order",
     capability="lease",
     why=(
         "a worker that only probes a session's lease must not create it or bump it to the "
@@ -40,7 +40,7 @@ async def _not_a_write(h: Harness) -> None:
     async with open_sessions(h) as store:
         await store.update_data("older", '{"w": 1}')
         await store.update_data("newer", '{"w": 2}')
-        before = (await listing(store), await session_state(store, "older"))
+        before = (await listing(store), [await session_state(store, s) for s in ("older", "ghost")])
         for sid in ("older", "ghost"):
             lease = await acquire(store, sid, fresh_owner("a"), LONG_TTL, f"acquire_lease({sid!r})")
             lease = await store.renew_lease(lease, LONG_TTL)
@@ -53,11 +53,11 @@ async def _not_a_write(h: Harness) -> None:
         )
         await expect_exists(store, "ghost", False, f"{did}, then exists('ghost')")
         await expect_data(store, "ghost", None, f"{did}, then get('ghost')")
-        after = (await listing(store), await session_state(store, "older"))
+        after = (await listing(store), [await session_state(store, s) for s in ("older", "ghost")])
         expect(
             after == before,
-            did=f"{did}, then list_sessions() and read 'older' back",
-            expected=f"the listing and 'older' as before the lease calls: {before!r:.400}",
+            did=f"{did}, then list_sessions() and read 'older' and 'ghost' back",
+            expected=f"the listing and both sessions (revisions too) as before: {before!r:.400}",
             got=after,
         )
 

@@ -12,7 +12,7 @@ import attrs
 from agentloop import RunStep
 from agentlooptest import Harness
 
-from . import leases, sessions, steps
+from . import batches, leases, sessions, steps
 from ._good import GoodBoth, GoodSessions, GoodSteps
 
 
@@ -164,6 +164,34 @@ CATALOGUE: tuple[Broken, ...] = (
     ),
     _sessions(sessions.PutKeepsRecency, "session.model-based"),
     _sessions(sessions.DeleteLeavesSteps, "session.combined.one-session"),
+    _steps(batches.PartialBatch, "step.append-many.atomic"),
+    _steps(batches.ReorderedBatch, "step.append-many.order"),
+    _steps(batches.KeepsCallerBatch, "step.append-many.order"),
+    _steps(batches.BatchPartialOnCancel, "step.append-many.cancel"),
+    Broken(
+        "batches.BatchNotDurable: append_many buffers batches in the handle",
+        "step.append-many.durable",
+        Harness(
+            new_step_store=_factory(batches.BatchNotDurable), reopen=batches.reopen_sharing_steps
+        ),
+    ),
+    _sessions(batches.GetManyDedupes, "session.get-many.aligned"),
+    _sessions(batches.GetManySkipsUnknown, "session.get-many.aligned"),
+    _sessions(batches.GetManyCachesList, "session.get-many.aligned"),
+    _sessions(batches.GetManySkipsBadIds, "session.get-many.bad-input"),
+    _sessions(batches.GetManyLeaksOnCancel, "session.get-many.cancel"),
+    _sessions(batches.FinalizeKeepsRevision, "session.revision.bumps"),
+    _sessions(batches.NoRevisionCheck, "session.revision.conflict"),
+    _sessions(batches.CheckThenWrite, "session.revision.one-winner"),
+    _sessions(batches.BumpsBeforeWrite, "session.revision.cancel"),
+    Broken(
+        "batches.RevisionsPerHandle: revisions live in the handle, not the backend",
+        "session.revision.durable",
+        Harness(
+            new_session_store=_factory(batches.RevisionsPerHandle),
+            reopen=batches.reopen_sharing_records,
+        ),
+    ),
     _sessions(leases.SecondOwner, "session.lease.exclusive"),
     _sessions(leases.TokenReusedAfterRelease, "session.lease.tokens-increase"),
     _sessions(leases.IgnoresExpiry, "session.lease.expiry"),
@@ -175,6 +203,7 @@ CATALOGUE: tuple[Broken, ...] = (
     _sessions(leases.GrantsThenCancels, "session.lease-calls.cancel"),
     _sessions(leases.NoFencing, "session.fenced.writes"),
     _sessions(leases.ViewWithoutAppends, "session.fenced.writes"),
+    _sessions(leases.BatchesUnfenced, "session.fenced.writes"),
     _sessions(leases.FenceOutsideTheWrite, "session.fenced.race"),
 )
 """Every broken store; a test asserts each fails its expected clause."""

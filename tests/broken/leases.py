@@ -74,6 +74,17 @@ class Fenced:
         await self.guard(getattr(step, "session_id", ""))
         await self.store.append(step)
 
+    async def append_many(self, steps: list[RunStep]) -> None:
+        """As the store's, fenced whole when any step is the leased session's."""
+        for step in list(steps) if isinstance(steps, list | tuple) else []:
+            await self.guard(getattr(step, "session_id", ""))
+        await self.store.append_many(steps)
+
+    async def update_data_if(self, session_id: str, snapshot: str | None, revision: int) -> int:
+        """As the store's, fenced (the lease is checked before the revision)."""
+        await self.guard(session_id)
+        return await self.store.update_data_if(session_id, snapshot, revision)
+
     async def delete_session(self, session_id: str) -> bool:
         """As the store's, fenced."""
         await self.guard(session_id)
@@ -210,6 +221,23 @@ class ViewWithoutAppends(Leased):
 
     def fenced(self, lease: Lease) -> Any:
         return _SessionOnlyView(self, lease)
+
+
+class _LegacyView(Fenced):
+    """A fenced view written before batches and revisions: it forgets to fence them."""
+
+    async def append_many(self, steps: list[RunStep]) -> None:
+        await self.store.append_many(steps)
+
+    async def update_data_if(self, session_id: str, snapshot: str | None, revision: int) -> int:
+        return await self.store.update_data_if(session_id, snapshot, revision)
+
+
+class BatchesUnfenced(Leased):
+    """The fenced view checks single writes but lets append_many and update_data_if through."""
+
+    def fenced(self, lease: Lease) -> Any:
+        return _LegacyView(self, lease)
 
 
 class RenewAfterTakeover(Leased):
