@@ -20,6 +20,7 @@ from agentloop import (
     SupportsDeleteSession,
     SupportsFinal,
     SupportsGetMany,
+    SupportsLease,
     SupportsListSessions,
     SupportsPut,
     SupportsRevisions,
@@ -42,12 +43,14 @@ CAPABILITIES: dict[str, type] = {
     "delete_session": SupportsDeleteSession,
     "aclose": SupportsAclose,
     "combined": StepStore,
+    "lease": SupportsLease,
 }
 """Optional store capabilities, by name, and the protocol that detects each.
 
 ``combined`` is a session store that is a ``StepStore`` too (one object for
 both, like the SQL stores): one session's steps, data and summary then live
-together.
+together. ``lease`` is a session store that grants session leases and fenced
+views (``acquire_lease``, ``renew_lease``, ``release_lease``, ``fenced``).
 """
 
 REOPEN = "reopen"

@@ -185,6 +185,8 @@ def skip_reason(clause: Clause, harness: Harness, capabilities: frozenset[str]) 
         return None
     if clause.capability == "combined" and "combined" not in capabilities:
         return "the session store is not also a StepStore: the one-object clauses do not apply"
+    if clause.capability == "lease" and "lease" not in capabilities:
+        return "the store has no leases (agentloop.SupportsLease): optional capability"
     if clause.capability is not None and clause.capability not in capabilities:
         proto = CAPABILITIES[clause.capability].__name__
         return f"the store has no {clause.capability}() (agentloop.{proto}): optional capability"

@@ -12,7 +12,7 @@ import attrs
 from agentloop import RunStep, Session
 from agentlooptest import Harness
 
-from . import batches, sessions, steps, variations
+from . import batches, leases, sessions, steps, variations
 from ._good import GoodBoth, GoodForeignKey, GoodPaged, GoodSessions, GoodSteps
 
 
@@ -28,10 +28,11 @@ def _factory(cls: type) -> Callable[[], Awaitable[Any]]:
 
 
 def good_harness() -> Harness:
-    """The correct reference store (one object for both protocols) and a true second handle."""
+    """The correct reference store (one object for both protocols, with leases) and a true
+    second handle."""
     return Harness(
-        new_step_store=_factory(GoodBoth),
-        new_session_store=_factory(GoodBoth),
+        new_step_store=_factory(leases.Leased),
+        new_session_store=_factory(leases.Leased),
         reopen=variations.second_handle,
     )
 
@@ -213,6 +214,19 @@ CATALOGUE: tuple[Broken, ...] = (
     _sessions(variations.SessionIdsCut255, "session.isolation"),
     _sessions(variations.ChunksLargeData, "session.cancel.writes"),
     _sessions(variations.UpdateRestoresSummary, "session.concurrency.finalize-keeps-data"),
+    _sessions(leases.SecondOwner, "session.lease.exclusive"),
+    _sessions(leases.TokenReusedAfterRelease, "session.lease.tokens-increase"),
+    _sessions(leases.IgnoresExpiry, "session.lease.expiry"),
+    _sessions(leases.ReleaseFreesAnyone, "session.lease.release"),
+    _sessions(leases.RenewForgets, "session.lease.renew"),
+    _sessions(leases.RenewAfterTakeover, "session.lease.renew-lost"),
+    _sessions(leases.LeaseCreatesSession, "session.lease-calls.not-a-write"),
+    _sessions(leases.AcceptsAnyTtl, "session.lease-calls.bad-input"),
+    _sessions(leases.GrantsThenCancels, "session.lease-calls.cancel"),
+    _sessions(leases.NoFencing, "session.fenced.writes"),
+    _sessions(leases.ViewWithoutAppends, "session.fenced.writes"),
+    _sessions(leases.BatchesUnfenced, "session.fenced.writes"),
+    _sessions(leases.FenceOutsideTheWrite, "session.fenced.race"),
 )
 """Every broken store; a test asserts each fails its expected clause."""
 
