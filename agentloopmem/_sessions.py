@@ -58,9 +58,8 @@ class SessionStore(RevisionMethods):
     it defaults to UTC wall-clock time. ``list_sessions`` orders by write
     recency, so a clock that ties or steps backwards cannot reorder it.
 
-    ``steps``: the in-memory ``StepStore`` the session writes of the same runs
-    go with. When given, ``fenced(lease)`` also fences appends to it; without
-    it, appends are not fenced (see :meth:`fenced`).
+    ``steps`` (kept as :attr:`steps`): an in-memory ``StepStore`` whose appends
+    ``fenced(lease)`` views also fence; without it they are not (:meth:`fenced`).
 
     **Cancellation**: a cancelled call raises before touching the store; a call
     that returns normally has fully happened and has yielded once.
@@ -78,6 +77,11 @@ class SessionStore(RevisionMethods):
         self._clock = clock if clock is not None else _system_clock
         self._records: dict[str, _Record] = {}
         self._write_seq = itertools.count()
+
+    @property
+    def steps(self) -> StepStore | None:
+        """The ``steps=`` store, or ``None``: the step store whose appends fenced views cover."""
+        return self._steps
 
     def _clear(self) -> None:
         self._records.clear()

@@ -59,6 +59,9 @@ FAMILIES: tuple[str, ...] = (
     "session_get_many",
     "session_revision",
     "session_combined",
+    "session_lease",
+    "session_lease_calls",
+    "session_fenced",
     "session_model_based",
 )
 """Every clause module, in the order their clauses run and are listed.

@@ -305,3 +305,85 @@ class GoodBoth(GoodSessions):
             self.bump(session_id)
         await self.leave()
         return had_steps or had_session
+
+
+class GoodForeignKey(GoodBoth):
+    """Steps need a session row first (a foreign key); delete_session cascades to the row.
+
+    The harness's ``ensure_session`` makes the row, so it must be called again
+    after a delete, before the next append to that id.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: set[str] = set()
+
+    async def ensure_row(self, session_id: str) -> None:
+        """``INSERT ... ON CONFLICT DO NOTHING`` into the parent table."""
+        await self.enter()
+        self.rows.add(session_id)
+        await self.leave()
+
+    async def append(self, step: RunStep) -> None:
+        """Append, refusing a step whose session has no row (the foreign key)."""
+        if isinstance(step, RunStep) and step.session_id not in self.rows and not self.closed:
+            raise ValueError(f"foreign key: no session row for {step.session_id!r}")
+        await super().append(step)
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete the row; its steps go with it (ON DELETE CASCADE)."""
+        existed = await super().delete_session(session_id)
+        self.rows.discard(session_id)
+        return existed
+
+
+PAGE = 50
+"""Rows per page of :class:`GoodPaged`'s reads."""
+
+
+class GoodPaged(GoodBoth):
+    """Reads in pages of 50 rows, yielding between pages, from one snapshot (keyset paging).
+
+    A window or listing is cut at the moment the read starts (the newest step,
+    the write order), then fetched page by page: consistent, though not one
+    round trip.
+    """
+
+    async def last_n(self, session_id: str, n: int) -> list[RunStep]:
+        """The newest ``n`` steps, oldest first, fetched in pages."""
+        validate_n(n)
+        validate_session_id(session_id)
+        await self.enter()
+        rows = self.trace.steps.get(session_id, [])
+        end = len(rows)  # the snapshot: later appends are past it
+        return await self._pages(rows, max(0, end - n), end)
+
+    async def all(self, session_id: str) -> list[RunStep]:
+        """Every step, in insertion order, fetched in pages."""
+        validate_session_id(session_id)
+        await self.enter()
+        rows = self.trace.steps.get(session_id, [])
+        return await self._pages(rows, 0, len(rows))
+
+    async def _pages(self, rows: list[RunStep], start: int, end: int) -> list[RunStep]:
+        got: list[RunStep] = []
+        rows = list(rows[:end])  # a delete meanwhile must not tear the snapshot either
+        for first in range(start, end, PAGE):
+            got += rows[first : min(first + PAGE, end)]
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        if start >= end:
+            await self.leave()
+        return got
+
+    async def list_sessions(self, *, limit: int = 100) -> list[SessionInfo]:
+        """At most ``limit`` sessions, most recently written first, fetched in pages."""
+        validate_n(limit, "limit")
+        await self.enter()
+        rows = [self.info(r) for r in self.order()[:limit]]
+        got: list[SessionInfo] = []
+        for first in range(0, len(rows), PAGE):
+            got += rows[first : first + PAGE]
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        if not rows:
+            await self.leave()
+        return got
