@@ -133,7 +133,7 @@ async def test_paused_holder_writes_nothing_after_takeover(
     """SIGSTOP past the TTL, takeover, SIGCONT: each write of the old holder is LeaseLostError."""
     async with _target(sql_target, tmp_path) as (kind, target):
         held, taker = await trio.to_thread.run_sync(_pause_and_take_over, kind, target)
-        assert taker == [{"tag": "taker-0", "session": "p", "outcome": "completed"}]
+        assert taker == [{"tag": "taker-0", "session": "p", "outcome": "completed", "detail": ""}]
         assert held["run"] == "LeaseLostError"
         assert held["writes"] == dict.fromkeys(
             ["append", "update_data", "finalize", "put", "renew_lease"], "LeaseLostError"
