@@ -18,7 +18,16 @@ import trio.testing
 from _lease_kit import Backend, Kit, backend_of, open_kit
 from _sql_support import occupy_worker
 
-from agentloop import FinalizeSummary, Lease, LeaseLostError, RunStatus, RunStep, Session, StepType
+from agentloop import (
+    FinalizeSummary,
+    Lease,
+    LeaseLostError,
+    RunStatus,
+    RunStep,
+    Session,
+    StepType,
+    StoreError,
+)
 from agentloopsql import SqliteStore
 
 
@@ -282,3 +291,84 @@ async def test_takeover_waits_for_a_fenced_write_in_flight(
         new = await kit.store.acquire_lease("s", "b", 60)
         assert new is not None
         assert new.token == old.token + 1
+
+
+async def test_sqlite_version_1_file_migrates_and_leases(tmp_path: Path) -> None:
+    """A file at schema version 1 (before leases) gains the lease table; its data stays."""
+    from agentloopsql._sqlite_schema import MIGRATIONS, SCHEMA_VERSION
+
+    path = tmp_path / "v1.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    for statement in MIGRATIONS[0]:
+        conn.execute(statement)
+    conn.execute(
+        "INSERT INTO sessions (id, data, created_us, updated_us, write_seq) "
+        "VALUES ('s', '[1]', 0, 0, 1)"
+    )
+    conn.execute("PRAGMA user_version = 1")
+    conn.close()
+    async with await SqliteStore.open(path) as store:
+        assert (await store.get("s")).data == "[1]"
+        lease = await lease_of(store, "a")
+        await store.fenced(lease).update_data("s", "[2]")
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert conn.execute("SELECT owner, token FROM leases").fetchall() == [("a", 1)]
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    ("version", "ddl", "pattern"),
+    [
+        (1, "CREATE TABLE leases (x TEXT)", r"it has a table named 'leases', which that schema"),
+        (2, "ALTER TABLE leases ADD COLUMN extra TEXT", r"table 'leases' has columns"),
+    ],
+)
+async def test_sqlite_foreign_lease_table_refused(
+    tmp_path: Path, version: int, ddl: str, pattern: str
+) -> None:
+    """A `leases` table the file's schema version does not have, or of another shape: refused."""
+    from agentloopsql._sqlite_schema import MIGRATIONS
+
+    path = tmp_path / "foreign.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    for statements in MIGRATIONS[:version]:
+        for statement in statements:
+            conn.execute(statement)
+    conn.execute(ddl)
+    conn.execute(f"PRAGMA user_version = {version:d}")
+    conn.close()
+    with pytest.raises(StoreError, match=pattern):
+        await SqliteStore.open(path)
+
+
+async def test_postgres_version_3_schema_migrates_and_leases(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    """A schema at version 3 (before leases) gains the lease table; its data stays."""
+    from agentloopsql._pg_schema import SCHEMA_VERSION
+
+    async with open_kit(Backend("postgres", postgres_dsn), tmp_path, pool_size=1) as kit:
+        await kit.store.update_data("s", "[1]")
+        await kit.store.aclose()
+        kit.raw("DROP TABLE {s}.leases")
+        kit.raw("UPDATE {s}.schema_version SET version = 3")
+        async with kit.second_handle() as store:
+            assert (await store.get("s")).data == "[1]"
+            lease = await lease_of(store, "a")
+            await store.fenced(lease).update_data("s", "[2]")
+        assert kit.raw("SELECT version FROM {s}.schema_version") == [(SCHEMA_VERSION,)]
+        assert kit.raw("SELECT owner, token FROM {s}.leases") == [("a", 1)]
+
+
+async def test_postgres_foreign_lease_table_refused(tmp_path: Path, postgres_dsn: str) -> None:
+    """A version-3 schema that already has a `leases` table is refused unchanged."""
+    async with open_kit(Backend("postgres", postgres_dsn), tmp_path, pool_size=1) as kit:
+        await kit.store.aclose()
+        kit.raw("DROP TABLE {s}.leases")
+        kit.raw("CREATE TABLE {s}.leases (theirs text)")
+        kit.raw("UPDATE {s}.schema_version SET version = 3")
+        with pytest.raises(StoreError, match=r"is version 3 but already has 'leases'"):
+            async with kit.second_handle():
+                pass
+        assert kit.raw("SELECT version FROM {s}.schema_version") == [(3,)]
