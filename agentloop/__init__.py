@@ -7,10 +7,12 @@ model and tool seams.
 
 from __future__ import annotations
 
+from agentloop._batch import append_all, get_all
 from agentloop._compaction import Compaction, Compactor
 from agentloop._config import LoopConfig, RunResult
 from agentloop._errors import (
     LeaseLostError,
+    RevisionConflictError,
     SessionBusyError,
     StoreClosedError,
     StoreError,
@@ -41,10 +43,13 @@ from agentloop._protocols import (
     StepStore,
     SupportsAclose,
     SupportsAll,
+    SupportsAppendMany,
     SupportsDeleteSession,
     SupportsFinal,
+    SupportsGetMany,
     SupportsListSessions,
     SupportsPut,
+    SupportsRevisions,
 )
 from agentloop._tools import Tool, ToolContext, tool
 from agentloop._types import (
@@ -76,6 +81,7 @@ __all__ = [
     "Model",
     "ModelReply",
     "ModelRequest",
+    "RevisionConflictError",
     "RunResult",
     "RunStarted",
     "RunStatus",
@@ -93,15 +99,20 @@ __all__ = [
     "StoreUnavailableError",
     "SupportsAclose",
     "SupportsAll",
+    "SupportsAppendMany",
     "SupportsDeleteSession",
     "SupportsFinal",
+    "SupportsGetMany",
     "SupportsLease",
     "SupportsListSessions",
     "SupportsPut",
+    "SupportsRevisions",
     "Tool",
     "ToolCall",
     "ToolContext",
     "ToolSpec",
+    "append_all",
+    "get_all",
     "tool",
     "validate_json",
     "validate_n",

@@ -230,7 +230,16 @@ def parse_json(value: object, field: str) -> Any:
 
 
 def validate_json(value: object, field: str) -> str:
-    """Check that ``value`` is JSON text every store can keep; see :func:`parse_json`."""
+    """Check that ``value`` is JSON text every store can keep, and return it unchanged.
+
+    JSON here is strict RFC 8259: ``NaN``/``Infinity`` are refused, and so are
+    numbers that overflow a double (``1e400``) and strings holding NUL or lone
+    surrogates (escaped or not); every store can keep and re-encode the rest.
+
+    Raises:
+        TypeError: ``value`` is not a ``str``.
+        ValueError: ``value`` is not such JSON text; the message names ``field``.
+    """
     if value == "{}":
         return "{}"  # the default of every JSON field, checked without parsing it
     parse_json(value, field)

@@ -39,3 +39,11 @@ class LeaseLostError(StoreError):
 
 class SessionBusyError(StoreError):
     """Another owner kept the session's lease for the whole wait; nothing was written."""
+
+
+class RevisionConflictError(StoreError):
+    """``update_data_if`` named a revision that is no longer the session's; nothing changed.
+
+    Another write reached the session since the caller read its revision. Read
+    the session and its revision again, merge, and retry.
+    """

@@ -12,9 +12,11 @@ import trio
 
 from agentloop._compaction import Compactor
 from agentloop._config import LoopConfig, RunResult
+from agentloop._lease import SupportsLease
 from agentloop._model import Model
 from agentloop._protocols import SessionStore, StepStore
 from agentloop._run import Run, RunParts
+from agentloop._run_lease import covers_appends, run_leased
 from agentloop._run_stores import RunStores
 from agentloop._tools import Tool
 from agentloop._validate import check_text, preview, validate_session_id
@@ -69,6 +71,17 @@ class Loop:
     the model's view once more than ``history_window`` steps follow it (see
     ``docs/decisions.md``). Keep the window well above what one run appends.
 
+    When ``sessions`` has leases (``SupportsLease``), every run holds the
+    session's lease (a fresh owner per run) behind the in-process lock and
+    writes through ``sessions.fenced(lease)``: session writes always, appends
+    too when that view covers ``steps`` — ``sessions is steps`` (the SQL
+    stores) or ``sessions.steps is steps`` (``agentloopmem.SessionStore(steps=
+    steps)``, which is what a default ``sessions`` is when ``steps`` is a plain
+    ``agentloopmem.StepStore``, not a subclass). Runs of one session are
+    then exclusive across loops and processes sharing the store. Without
+    leases, only runs on this ``Loop`` are kept apart. See "Several workers on
+    one store" in the README.
+
     A ``Loop`` belongs to one trio run at a time (it holds trio locks).
 
     Raises:
@@ -95,7 +108,12 @@ class Loop:
             import agentloopmem
 
             steps = agentloopmem.StepStore() if steps is None else steps
-            sessions = agentloopmem.SessionStore() if sessions is None else sessions
+            if sessions is None:
+                # A default session store covers an in-memory step store, so its fenced
+                # views fence the run's appends too; not a subclass, whose own append
+                # a fenced append (made under the stores' locks) would skip.
+                covered = steps if type(steps) is agentloopmem.StepStore else None
+                sessions = agentloopmem.SessionStore(steps=covered)
         if not isinstance(steps, StepStore):
             raise TypeError(f"steps must be a StepStore, got {preview(steps)}")
         if not isinstance(sessions, SessionStore):
@@ -119,6 +137,9 @@ class Loop:
             compactor=compactor,
         )
         self._locks: dict[str, _SessionLock] = {}
+        # Decided once: a store's capabilities and what its views cover do not change.
+        self._leases = sessions if isinstance(sessions, SupportsLease) else None
+        self._covered = covers_appends(sessions, steps)
 
     @property
     def steps(self) -> StepStore:
@@ -168,8 +189,17 @@ class Loop:
         ``token_budget`` and ``run_timeout`` end the run with an ``error`` step
         and the matching status (``RunResult.text`` is then ``""``).
 
+        A leased run takes the session's lease first (waiting up to
+        ``lease_wait``), renews it every ``lease_ttl / 3`` and releases it at
+        the end, shielded and bounded by ``finalize_timeout``.
+
         Raises:
             TypeError, ValueError: ``session_id`` or ``message`` is invalid.
+            SessionBusyError: another owner held the session's lease for the
+                whole ``lease_wait``; nothing was written.
+            LeaseLostError: another owner took the lease over during the run
+                (a fenced write or a renew found it); the run stopped there,
+                wrote nothing more and was not finalized.
             StoreError: a store call failed; the message names the operation
                 and the session, ``__cause__`` is the store's exception. A failed
                 ``get`` writes nothing and finalizes nothing; any later failure
@@ -198,7 +228,7 @@ class Loop:
         check_text(message, "message")
         async with self._session_lock(session_id):
             parts = self._parts
-            # The one place a run's stores are chosen: a run that must write through
-            # another view of them (e.g. a fenced one) is handed RunStores built on it.
+            if self._leases is not None:
+                return await run_leased(parts, self._leases, self._covered, session_id, message)
             stores = RunStores(parts.steps, parts.sessions, session_id)
             return await Run(parts, stores, message).execute()

@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from agentloop._types import FinalizeSummary, RunStep, Session, SessionInfo
 
 
@@ -97,4 +99,47 @@ class SupportsAclose(Protocol):
 
     async def aclose(self) -> None:
         """Close the store; later calls raise ``StoreClosedError``. Idempotent."""
+        ...
+
+
+@runtime_checkable
+class SupportsAppendMany(Protocol):
+    """Appends a batch of steps in one call, all or nothing (on a ``StepStore``)."""
+
+    async def append_many(self, steps: Sequence[RunStep]) -> None:
+        """Store every step of ``steps`` in the given order, or none of them.
+
+        The batch may span sessions; ``[]`` is a no-op. A bad step anywhere
+        refuses the whole batch, naming its position.
+        """
+        ...
+
+
+@runtime_checkable
+class SupportsGetMany(Protocol):
+    """Reads many sessions in one call (on a ``SessionStore``)."""
+
+    async def get_many(self, session_ids: Sequence[str]) -> list[Session]:
+        """One session per id, in the order asked (duplicates too); an unknown id gives
+        ``Session(id)``; creates nothing."""
+        ...
+
+
+@runtime_checkable
+class SupportsRevisions(Protocol):
+    """Revision-checked session writes (on a ``SessionStore``).
+
+    A revision is opaque: only order and equality mean anything. It is 0 for a
+    session never written; every session write (``put``, ``update_data``,
+    ``finalize``, ``update_data_if``) makes it larger; ``delete_session`` never
+    makes it smaller; lease calls leave it alone.
+    """
+
+    async def revision(self, session_id: str) -> int:
+        """The session's current revision (0 if it was never written); creates nothing."""
+        ...
+
+    async def update_data_if(self, session_id: str, snapshot: str | None, revision: int) -> int:
+        """Replace the session's data only if its revision still equals ``revision``;
+        the new revision. Otherwise ``RevisionConflictError``, nothing changed."""
         ...

@@ -186,14 +186,16 @@ class RunRecord:
 
         Status ``cancelled`` when the run is being cancelled, else ``timeout``
         on the timeout path, else ``error``. Nothing is written after a failed
-        ``get``, after a finalize, after the timeout path ran out of its bound,
-        or when a finalize with this same status was already tried. The bound
+        ``get``, once the run's lease is lost (``RunStores.lease_lost``: the
+        run stops at once), after a finalize, after the timeout path ran out
+        of its bound, or when a finalize with this same status was already
+        tried. The bound
         is ``finalize_timeout`` from now, or what is left of the bound the
         timeout path already started (a run is never recorded for longer than
         one ``finalize_timeout``). A finalize abandoned at the bound, or one
         that fails, is reported as a ``LoopWarning``: ``exc`` still wins.
         """
-        if self._get_failed:
+        if self._get_failed or self._stores.lease_lost is not None:
             return
         cancelled = (
             isinstance(exc, trio.Cancelled) or trio.current_effective_deadline() == -math.inf

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from agentloop._describe import describe_message
-from agentloop._errors import StoreError
+from agentloop._errors import LeaseLostError, StoreError
 
 if TYPE_CHECKING:
     from agentloop._protocols import SessionStore, StepStore
@@ -16,21 +16,30 @@ if TYPE_CHECKING:
 class RunStores:
     """The store calls of one run on ``session_id``, each named for its failure message.
 
-    This is the only place a run touches a store. A run that must write
-    through another view of the stores (e.g. a fenced one) is handed a
-    ``RunStores`` built on that view; nothing else changes.
+    This is the only place a run touches a store. A leased run is handed a
+    ``RunStores`` built on the session store's fenced view (and on that view
+    for appends too when it covers the step store); nothing else changes.
 
     Every method raises ``StoreError("<operation> failed for session '<id>':
     <Type>: <message>")`` for any exception of the store, with that exception
-    as ``__cause__``; cancellation propagates unchanged.
+    as ``__cause__``; cancellation propagates unchanged. ``LeaseLostError``
+    propagates unwrapped and is kept in ``lease_lost``: from then on every
+    write raises ``LeaseLostError`` without calling the store.
     """
 
-    __slots__ = ("session_id", "sessions", "steps")
+    __slots__ = ("lease_lost", "session_id", "sessions", "steps")
 
     def __init__(self, steps: StepStore, sessions: SessionStore, session_id: str) -> None:
         self.steps = steps
         self.sessions = sessions
         self.session_id = session_id
+        self.lease_lost: LeaseLostError | None = None  # set once the run's lease is lost
+
+    def _refused(self, operation: str) -> LeaseLostError:
+        return LeaseLostError(
+            f"{operation} refused for session {self.session_id!r}: the run lost its lease; "
+            f"nothing was written"
+        )
 
     def _failed(self, operation: str, exc: Exception) -> StoreError:
         return StoreError(
@@ -56,21 +65,36 @@ class RunStores:
 
     async def append(self, step: RunStep) -> None:
         """Append ``step`` (already built for this session)."""
+        if self.lease_lost is not None:
+            raise self._refused("append") from self.lease_lost
         try:
             await self.steps.append(step)
+        except LeaseLostError as exc:
+            self.lease_lost = exc
+            raise
         except Exception as exc:
             raise self._failed("append", exc) from exc
 
     async def update_data(self, data: str) -> None:
         """Replace the session's working memory with the JSON text ``data``."""
+        if self.lease_lost is not None:
+            raise self._refused("update_data") from self.lease_lost
         try:
             await self.sessions.update_data(self.session_id, data)
+        except LeaseLostError as exc:
+            self.lease_lost = exc
+            raise
         except Exception as exc:
             raise self._failed("update_data", exc) from exc
 
     async def finalize(self, summary: FinalizeSummary) -> None:
         """Record the end of the run."""
+        if self.lease_lost is not None:
+            raise self._refused("finalize") from self.lease_lost
         try:
             await self.sessions.finalize(self.session_id, summary)
+        except LeaseLostError as exc:
+            self.lease_lost = exc
+            raise
         except Exception as exc:
             raise self._failed("finalize", exc) from exc

@@ -16,6 +16,7 @@ This is the one private module of ``agentloop`` that its sibling packages
 else they use is a public ``agentloop`` name.
 """
 
+from agentloop._batch_checks import check_revision, check_session_ids, check_steps
 from agentloop._checks import (
     INT32_MAX,
     INT64_MAX,
@@ -69,7 +70,10 @@ __all__ = [
     "aware_datetime",
     "check_int",
     "check_json_value",
+    "check_revision",
     "check_seconds",
+    "check_session_ids",
+    "check_steps",
     "check_text",
     "has_lone_surrogate",
     "int32",

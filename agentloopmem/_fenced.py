@@ -7,9 +7,11 @@ from typing import TYPE_CHECKING
 import trio
 
 from agentloop import RunStep
-from agentloop._validate import preview
+from agentloop._validate import check_revision, check_steps, preview
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from agentloop import FinalizeSummary, Lease, Session, SessionInfo
     from agentloopmem._sessions import SessionStore
     from agentloopmem._steps import StepStore
@@ -19,8 +21,8 @@ class FencedSessionStore:
     """A ``SessionStore`` view whose writes to ``lease.session_id`` are fenced.
 
     Made by ``agentloopmem.SessionStore.fenced(lease)``. Each of its writes to
-    the leased session (``put``, ``update_data``, ``finalize``,
-    ``delete_session``) raises ``LeaseLostError`` and changes nothing once the
+    the leased session (``put``, ``update_data``, ``update_data_if``,
+    ``finalize``, ``delete_session``) raises ``LeaseLostError`` and changes nothing once the
     session's lease was acquired again since ``lease`` was granted; the check
     and the write happen under the store's one lock. Everything else passes
     straight to the store, including its lease calls and ``aclose`` (which
@@ -44,6 +46,14 @@ class FencedSessionStore:
         """As ``SessionStore.exists``; not fenced."""
         return await self._sessions.exists(session_id)
 
+    async def get_many(self, session_ids: Sequence[str]) -> list[Session]:
+        """As ``SessionStore.get_many``; not fenced."""
+        return await self._sessions.get_many(session_ids)
+
+    async def revision(self, session_id: str) -> int:
+        """As ``SessionStore.revision``; not fenced."""
+        return await self._sessions.revision(session_id)
+
     async def final(self, session_id: str) -> FinalizeSummary | None:
         """As ``SessionStore.final``; not fenced."""
         return await self._sessions.final(session_id)
@@ -60,6 +70,17 @@ class FencedSessionStore:
                 acquired again since; nothing was written.
         """
         await self._sessions._update_data(session_id, snapshot, self._lease)
+
+    async def update_data_if(self, session_id: str, snapshot: str | None, revision: int) -> int:
+        """As ``SessionStore.update_data_if``, fenced: the lease is checked first, then
+        the revision, under the one lock of the write.
+
+        Raises:
+            LeaseLostError: as for :meth:`update_data`; nothing was written.
+            RevisionConflictError: the session is at another revision.
+        """
+        check_revision(revision)
+        return await self._sessions._update_data(session_id, snapshot, self._lease, revision)
 
     async def finalize(self, session_id: str, summary: FinalizeSummary) -> None:
         """As ``SessionStore.finalize``, fenced.
@@ -143,6 +164,36 @@ class FencedStore(FencedSessionStore):
             with steps._lock:
                 steps._check_open()
                 steps._steps.setdefault(step.session_id, []).append(step)
+        await trio.lowlevel.cancel_shielded_checkpoint()
+
+    async def append_many(self, steps: Sequence[RunStep]) -> None:
+        """As ``StepStore.append_many``, fenced when any step belongs to the leased session.
+
+        The lease check and the whole batch happen under both locks: a lost
+        lease refuses the whole batch, steps of other sessions included.
+
+        Raises:
+            LeaseLostError: the session's lease was acquired again since;
+                nothing was appended.
+            TypeError: ``steps`` is not a sequence of ``RunStep`` (naming the
+                first bad position); nothing was appended.
+            StoreClosedError: either store was closed.
+
+        **Cancellation**: a cancelled call appends nothing.
+        """
+        batch = check_steps(steps)
+        leased = self._lease.session_id
+        if not any(step.session_id == leased for step in batch):
+            await self._steps.append_many(batch)
+            return
+        sessions, steps_store = self._sessions, self._steps
+        await trio.lowlevel.checkpoint_if_cancelled()
+        with sessions._lock:
+            sessions._check_open()
+            sessions._leases.check_fence(self._lease)
+            with steps_store._lock:
+                steps_store._check_open()
+                steps_store._extend(batch)
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def last_n(self, session_id: str, n: int) -> list[RunStep]:

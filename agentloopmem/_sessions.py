@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 import attrs
@@ -19,9 +19,9 @@ from agentloop import (
     validate_n,
     validate_session_id,
 )
-from agentloop._validate import preview, trusted_builder
+from agentloop._validate import check_session_ids, preview, trusted_builder
 from agentloopmem._fenced import FencedSessionStore, FencedStore
-from agentloopmem._lease import LeaseMethods
+from agentloopmem._revisions import RevisionMethods
 from agentloopmem._steps import StepStore
 
 _trusted_session = trusted_builder(Session)  # for data already checked outside the lock
@@ -47,20 +47,19 @@ def _system_clock() -> datetime:
     return datetime.now(UTC)
 
 
-class SessionStore(LeaseMethods):
+class SessionStore(RevisionMethods):
     """Sessions kept in a dict; safe from trio tasks and OS threads.
 
     Implements ``SessionStore`` and every optional capability: ``put``,
-    ``final``, ``list_sessions``, ``delete_session``, ``aclose`` and leases
-    (``SupportsLease``). ``clock`` (a zero-argument callable returning an aware
-    ``datetime``) stamps ``created_at``/``updated_at`` for ``list_sessions`` and
-    judges lease expiry; it defaults to UTC wall-clock time. ``list_sessions``
-    orders by write recency, so a clock that ties or steps backwards cannot
-    reorder it.
+    ``final``, ``list_sessions``, ``delete_session``, ``aclose``, leases
+    (``SupportsLease``), ``get_many`` and revisions (``SupportsRevisions``).
+    ``clock`` (a zero-argument callable returning an aware ``datetime``) stamps
+    ``created_at``/``updated_at`` for ``list_sessions`` and judges lease expiry;
+    it defaults to UTC wall-clock time. ``list_sessions`` orders by write
+    recency, so a clock that ties or steps backwards cannot reorder it.
 
-    ``steps``: the in-memory ``StepStore`` the session writes of the same runs
-    go with. When given, ``fenced(lease)`` also fences appends to it; without
-    it, appends are not fenced (see :meth:`fenced`).
+    ``steps`` (kept as :attr:`steps`): an in-memory ``StepStore`` whose appends
+    ``fenced(lease)`` views also fence; without it they are not (:meth:`fenced`).
 
     **Cancellation**: a cancelled call raises before touching the store; a call
     that returns normally has fully happened and has yielded once.
@@ -79,9 +78,15 @@ class SessionStore(LeaseMethods):
         self._records: dict[str, _Record] = {}
         self._write_seq = itertools.count()
 
+    @property
+    def steps(self) -> StepStore | None:
+        """The ``steps=`` store, or ``None``: the step store whose appends fenced views cover."""
+        return self._steps
+
     def _clear(self) -> None:
         self._records.clear()
         self._leases.clear()
+        self._revisions.clear()
 
     def _now(self) -> datetime:
         """The clock's time in UTC; called outside the lock, since the clock is user code."""
@@ -92,14 +97,22 @@ class SessionStore(LeaseMethods):
             raise ValueError(f"clock must return a timezone-aware datetime, got {preview(now)}")
         return now.astimezone(UTC)
 
-    def _write(self, session_id: str, now: datetime, fence: Lease | None) -> _Record:
-        """The record to write into, created on first write; call with the lock held.
+    def _write(
+        self, session_id: str, now: datetime, fence: Lease | None, expected: int | None = None
+    ) -> _Record:
+        """The record to write into, created on first write, its revision bumped; call
+        with the lock held.
 
         Raises ``LeaseLostError`` first, changing nothing, if ``fence`` covers the
-        session and its lease was acquired again since.
+        session and its lease was acquired again since; then
+        ``RevisionConflictError`` if ``expected`` is given and is not the
+        session's revision.
         """
         if fence is not None and fence.session_id == session_id:
             self._leases.check_fence(fence)
+        if expected is not None:
+            self._revisions.check(session_id, expected)
+        self._revisions.bump(session_id)
         seq = next(self._write_seq)
         record = self._records.get(session_id)
         if record is None:
@@ -124,6 +137,28 @@ class SessionStore(LeaseMethods):
             record = self._records.get(session_id)
         await trio.lowlevel.cancel_shielded_checkpoint()
         return record.session if record is not None else Session(id=session_id)
+
+    async def get_many(self, session_ids: Sequence[str]) -> list[Session]:
+        """One session per id, in the order asked (duplicates too), read under one lock
+        hold; an unknown id gives ``Session(id)``. Creates nothing.
+
+        Raises:
+            TypeError, ValueError: ``session_ids`` is not a sequence of session
+                ids (the message names the position of the first bad one).
+            StoreClosedError: the store was closed.
+        """
+        ids = check_session_ids(session_ids)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        with self._lock:
+            self._check_open()
+            records = self._records
+            found = [records.get(session_id) for session_id in ids]
+            sessions = [record.session if record is not None else None for record in found]
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return [
+            session if session is not None else _trusted_session(session_id)
+            for session, session_id in zip(sessions, ids, strict=True)
+        ]
 
     async def exists(self, session_id: str) -> bool:
         """Whether a write (``put``, ``update_data``, ``finalize``) brought the session into being.
@@ -150,8 +185,14 @@ class SessionStore(LeaseMethods):
         await self._update_data(session_id, snapshot, None)
 
     async def _update_data(
-        self, session_id: str, snapshot: str | None, fence: Lease | None
-    ) -> None:
+        self,
+        session_id: str,
+        snapshot: str | None,
+        fence: Lease | None,
+        expected: int | None = None,
+    ) -> int:
+        """Write the data (if the session is at revision ``expected``, when given); the
+        new revision."""
         validate_session_id(session_id)
         if snapshot is not None:
             if not isinstance(snapshot, str):
@@ -162,12 +203,14 @@ class SessionStore(LeaseMethods):
         now = self._now()
         with self._lock:
             self._check_open()
-            record = self._write(session_id, now, fence)
+            record = self._write(session_id, now, fence, expected)
             session = record.session
             record.session = _trusted_session(
                 session.id, session.model, session.system_prompt, snapshot
             )
+            revision = self._revisions.current(session_id)
         await trio.lowlevel.cancel_shielded_checkpoint()
+        return revision
 
     async def finalize(self, session_id: str, summary: FinalizeSummary) -> None:
         """Record ``summary`` as the session's latest run; data is kept.
@@ -257,6 +300,7 @@ class SessionStore(LeaseMethods):
         """Drop the session's data and summaries; ``True`` if it existed.
 
         Its lease and token stay: a later acquire still gets a larger token.
+        Its revision grows (when it existed) and is never reset.
 
         Raises:
             StoreClosedError: the store was closed.
@@ -271,6 +315,8 @@ class SessionStore(LeaseMethods):
             if fence is not None and fence.session_id == session_id:
                 self._leases.check_fence(fence)
             existed = self._records.pop(session_id, None) is not None
+            if existed:  # a stale update_data_if must not bring it back
+                self._revisions.bump(session_id)
         await trio.lowlevel.cancel_shielded_checkpoint()
         return existed
 

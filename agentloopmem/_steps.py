@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import trio
 
 from agentloop import RunStep, validate_n, validate_session_id
-from agentloop._validate import preview
+from agentloop._validate import check_steps, preview
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 from agentloopmem._base import MemoryStoreBase
 
 
 class StepStore(MemoryStoreBase):
     """Steps kept in a dict of per-session lists; safe from trio tasks and OS threads.
 
-    Implements ``StepStore`` and the ``all``, ``delete_session`` and ``aclose``
-    capabilities. Steps are immutable values; every returned list is a fresh
-    copy, so mutating it cannot reach the store. ``last_n`` costs O(n), however
-    long the history.
+    Implements ``StepStore`` and the ``append_many``, ``all``,
+    ``delete_session`` and ``aclose`` capabilities. Steps are immutable values;
+    every returned list is a fresh copy, so mutating it cannot reach the store.
+    ``last_n`` costs O(n), however long the history.
 
     **Cancellation**: a cancelled call raises before touching the store; a call
     that returns normally has fully happened and has yielded once.
@@ -46,6 +51,36 @@ class StepStore(MemoryStoreBase):
             else:
                 steps.append(step)
         await trio.lowlevel.cancel_shielded_checkpoint()
+
+    async def append_many(self, steps: Sequence[RunStep]) -> None:
+        """Append every step of ``steps``, in order, under one hold of the lock: all or nothing.
+
+        The batch may span sessions; no other append lands between its steps.
+        ``[]`` is a no-op (still a checkpoint).
+
+        Raises:
+            TypeError: ``steps`` is not a sequence of ``RunStep``; the message
+                names the first bad position and nothing is appended.
+            StoreClosedError: the store was closed.
+
+        **Cancellation**: a cancelled call appends nothing.
+        """
+        batch = check_steps(steps)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        with self._lock:
+            self._check_open()
+            self._extend(batch)
+        await trio.lowlevel.cancel_shielded_checkpoint()
+
+    def _extend(self, batch: list[RunStep]) -> None:
+        """Append the checked ``batch``; call with ``_lock`` held (cannot fail part way)."""
+        traces = self._steps
+        for step in batch:
+            trace = traces.get(step.session_id)
+            if trace is None:
+                traces[step.session_id] = [step]
+            else:
+                trace.append(step)
 
     async def last_n(self, session_id: str, n: int) -> list[RunStep]:
         """The newest ``n`` steps of the session, oldest first; ``[]`` for an unknown session.

@@ -20,6 +20,7 @@ from agentloop import (
     validate_session_id,
 )
 from agentloop._validate import preview
+from agentloopsql._batches import BatchMethods
 from agentloopsql._fenced import FencedSqlStore
 from agentloopsql._jobs import (
     AnyWork,
@@ -30,7 +31,7 @@ from agentloopsql._jobs import (
     KeyedWrite,
     Read,
 )
-from agentloopsql._leases import LeaseMethods, check_lease
+from agentloopsql._leases import check_lease
 from agentloopsql._ops import Ops, new_key
 from agentloopsql._worker import Workers
 
@@ -44,7 +45,7 @@ R = TypeVar("R")
 _MAX_WINDOW = 2**62
 
 
-class SqlStoreBase(LeaseMethods[ConnT]):
+class SqlStoreBase(BatchMethods[ConnT]):
     """Both protocols and every optional capability over one SQL backend.
 
     Every method checks its arguments on the trio thread (``TypeError``,
@@ -67,7 +68,8 @@ class SqlStoreBase(LeaseMethods[ConnT]):
     be lost mid-call; they carry a random key so a retry never applies them
     twice. The other writes are idempotent and may simply be retried.
 
-    **Leases**: see ``LeaseMethods`` and :meth:`fenced`.
+    **Leases**: see ``LeaseMethods`` and :meth:`fenced`. **Batches and
+    revisions**: see ``BatchMethods``.
     """
 
     _ops: Ops[ConnT]
@@ -309,7 +311,8 @@ class SqlStoreBase(LeaseMethods[ConnT]):
         """Drop the session, its steps and its summaries in one transaction.
 
         Returns ``True`` if the store held anything for the session. Its lease
-        row stays: a later acquire still gets a larger token.
+        row stays: a later acquire still gets a larger token. Its revision is
+        kept too (a later write goes above it).
 
         Raises:
             StoreClosedError: the store was closed.

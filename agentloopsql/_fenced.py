@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from agentloop._validate import check_steps
+
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from agentloop import FinalizeSummary, Lease, RunStep, Session, SessionInfo
     from agentloopsql._base import SqlStoreBase
 
@@ -15,8 +19,9 @@ class FencedSqlStore(Generic[ConnT]):
     """A SQL store's view whose writes to ``lease.session_id`` are fenced by ``lease``.
 
     Made by the store's ``fenced(lease)``. It implements everything the store
-    does. Each write to the leased session (``append``, ``put``,
-    ``update_data``, ``finalize``, ``delete_session``) first reads the
+    does. Each write to the leased session (``append``, ``append_many``,
+    ``put``, ``update_data``, ``update_data_if``, ``finalize``,
+    ``delete_session``) first reads the
     session's lease row inside the write's transaction (on PostgreSQL with a
     share lock, so a takeover waits for the write to commit and the write
     never commits after a takeover) and raises ``LeaseLostError``, having
@@ -54,6 +59,31 @@ class FencedSqlStore(Generic[ConnT]):
             TypeError, StoreClosedError, StoreUnavailableError: as the store's ``append``.
         """
         await self._store._append(step, self._lease)
+
+    async def append_many(self, steps: Sequence[RunStep]) -> None:
+        """As the store's ``append_many``, fenced when any step belongs to the leased session.
+
+        The lease check and the whole batch are one transaction: a lost lease
+        refuses the whole batch, steps of other sessions included.
+
+        Raises:
+            LeaseLostError: the session's lease was acquired again since;
+                nothing was appended.
+            ValueError: the store never granted the lease; nothing was appended.
+            TypeError, StoreClosedError, StoreUnavailableError: as the store's
+                ``append_many``.
+        """
+        await self._store._append_many(check_steps(steps), self._lease)
+
+    async def update_data_if(self, session_id: str, snapshot: str | None, revision: int) -> int:
+        """As the store's ``update_data_if``, fenced: the lease is checked first, then
+        the revision, in the write's transaction.
+
+        Raises:
+            LeaseLostError: as for :meth:`update_data`; nothing was written.
+            RevisionConflictError: the session is at another revision.
+        """
+        return await self._store._update_data_if(session_id, snapshot, revision, self._lease)
 
     async def update_data(self, session_id: str, snapshot: str | None) -> None:
         """As the store's ``update_data``, fenced.
@@ -105,6 +135,14 @@ class FencedSqlStore(Generic[ConnT]):
     async def exists(self, session_id: str) -> bool:
         """As the store's ``exists``; not fenced."""
         return await self._store.exists(session_id)
+
+    async def get_many(self, session_ids: Sequence[str]) -> list[Session]:
+        """As the store's ``get_many``; not fenced."""
+        return await self._store.get_many(session_ids)
+
+    async def revision(self, session_id: str) -> int:
+        """As the store's ``revision``; not fenced."""
+        return await self._store.revision(session_id)
 
     async def final(self, session_id: str) -> FinalizeSummary | None:
         """As the store's ``final``; not fenced."""

@@ -4,6 +4,14 @@ Each worker runs one job at a time on a connection borrowed from the
 ``psycopg_pool`` pool, except appends: the appends waiting when a worker
 wakes become one multi-row ``INSERT`` (one statement, one commit, all rows
 or none), so concurrent sessions share commits instead of queueing for them.
+When the server refuses that INSERT for one call's rows (a constraint, a size
+limit, a check of the store's own), the batch is halved until each refused
+call fails alone; every other call commits (``_pg_errors`` says which errors
+are refusals and which mean "retry later").
+
+Waits are bounded: a call that could not get a worker and a connection within
+``pool_timeout`` of being made fails with ``StoreUnavailableError`` saying what
+it waited for (the worker threads' watchdog fails the ones no worker takes).
 
 A connection that breaks under a call is retried once after the pool has
 checked its idle connections. A non-idempotent write (``append``,
@@ -22,10 +30,9 @@ Imported only once psycopg is known to be installed.
 
 from __future__ import annotations
 
-import contextlib
 import threading
+import time
 from collections.abc import Callable
-from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import outcome
@@ -34,6 +41,8 @@ import psycopg_pool
 
 from agentloop import RunStep, StoreError, StoreUnavailableError
 from agentloopsql._jobs import AnyWork, Append, IdempotentWrite, KeyedWrite, Read
+from agentloopsql._pg_errors import classify, copy_outcome, operation, shared_outcome, waited_error
+from agentloopsql._pg_running import Running, send_cancels
 from agentloopsql._worker import Interrupted, Job, dead_worker_error
 
 if TYPE_CHECKING:
@@ -53,37 +62,6 @@ class _Lost(Exception):
         self.cause = cause
 
 
-# How often a running statement whose callers were all cancelled is asked again
-# to stop (a request that reaches the server between statements is ignored).
-_CANCEL_EVERY = 0.2
-
-
-class _Running:
-    """The jobs of one batch while a worker runs them: what :meth:`PgExecutor.interrupt` needs."""
-
-    __slots__ = ("cancelling", "conn", "done", "interruptible", "jobs")
-
-    def __init__(self, jobs: list[PgJob]) -> None:
-        self.jobs = jobs
-        self.conn: Conn | None = None  # set while the first attempt runs a statement
-        self.interruptible = True  # False once a retry begins: the outcome could be unknown
-        self.cancelling: threading.Thread | None = None
-        self.done = threading.Event()
-
-    def all_cancelled(self) -> bool:
-        return all(job.cancel_requested for job in self.jobs)
-
-
-def _send_cancels(run: _Running, conn: Conn) -> None:
-    safe = getattr(conn, "cancel_safe", None)  # psycopg >= 3.2
-    cancel = partial(safe, timeout=2.0) if safe is not None else conn.cancel
-    while True:
-        with contextlib.suppress(Exception):  # best effort; the next round tries again
-            cancel()
-        if run.done.wait(_CANCEL_EVERY):
-            return
-
-
 class PgExecutor:
     """Runs jobs for one store on its pool; see the module docstring."""
 
@@ -93,7 +71,7 @@ class PgExecutor:
         self._pool = pool
         self._ops = ops
         self._lock = threading.Lock()
-        self._running: dict[int, _Running] = {}  # id(job) -> its batch, while it runs
+        self._running: dict[int, Running] = {}  # id(job) -> its batch, while it runs
 
     def interrupt(self, job: PgJob) -> None:
         with self._lock:
@@ -103,8 +81,12 @@ class PgExecutor:
                 return  # not running a statement now; the worker checks the flag itself
             if not (run.interruptible and run.all_cancelled()):
                 return
+            run.done = threading.Event()
             run.cancelling = threading.Thread(
-                target=_send_cancels, args=(run, run.conn), name="agentloopsql cancel", daemon=True
+                target=send_cancels,
+                args=(run.done, run.conn),
+                name="agentloopsql cancel",
+                daemon=True,
             )
             run.cancelling.start()
 
@@ -121,44 +103,80 @@ class PgExecutor:
         return dead_worker_error("PostgresStore", exc)
 
     def run_batch(self, conn: None, jobs: list[PgJob]) -> None:
-        run = _Running(jobs)
+        live = self._expire(jobs)
+        if not live:
+            return
+        run = Running(live)
         with self._lock:
-            for job in jobs:
+            for job in live:
                 self._running[id(job)] = run
         try:
-            self._run_batch(run, jobs)
+            # The oldest call's budget bounds the wait for a connection: no call
+            # waits longer than pool_timeout for a worker and a connection together.
+            run.wait = max(live[0].queued_at + self._pool.timeout - time.monotonic(), 0.0)
+            self._run_batch(run, live)
         finally:
             with self._lock:
-                for job in jobs:
+                for job in live:
                     del self._running[id(job)]
 
-    def _run_batch(self, run: _Running, jobs: list[PgJob]) -> None:
+    def _expire(self, jobs: list[PgJob]) -> list[PgJob]:
+        """Fail the jobs that already waited ``pool_timeout`` for a worker; the others."""
+        now, limit = time.monotonic(), self._pool.timeout
+        live = [job for job in jobs if now - job.queued_at < limit]
+        if len(live) < len(jobs):
+            for job in jobs:
+                if now - job.queued_at >= limit:
+                    job.result = outcome.Error(waited_error(now - job.queued_at, limit))
+        return live
+
+    def _run_batch(self, run: Running, jobs: list[PgJob]) -> None:
         if len(jobs) == 1:
             jobs[0].result = outcome.capture(self._call_alone, jobs[0].work, run)
             return
-        # batchable() lets only appends share a batch.
+        result = self._append_together(jobs, run)
+        if isinstance(result, outcome.Error) and isinstance(result.error, Interrupted):
+            for job in jobs:
+                job.result = outcome.Error(Interrupted())
+        elif shared_outcome(result):
+            for job in jobs:
+                job.result = copy_outcome(result)
+        else:  # a row the server (or a check of the store) refused: find it
+            self._isolate(jobs)
+
+    def _append_together(self, jobs: list[PgJob], run: Running | None) -> outcome.Outcome[None]:
+        """Every job's rows (batchable() lets only appends share a batch) in one INSERT."""
         appends = [job.work for job in jobs if isinstance(job.work, Append)]
         assert len(appends) == len(jobs)
         rows: list[tuple[RunStep, int]] = [row for append in appends for row in append.rows]
         ops = self._ops
-        result = outcome.capture(
+        return outcome.capture(
             self.call_once, lambda c: ops.append_many(c, rows), appends[0].committed, run
         )
-        if isinstance(result, outcome.Value):
-            for job in jobs:
-                job.result = outcome.Value(None)
-        elif isinstance(result.error, Interrupted):
-            for job in jobs:
-                job.result = outcome.Error(Interrupted())
-        elif isinstance(result.error, StoreUnavailableError):
-            error = result.error
-            for job in jobs:  # one exception object per caller: tracebacks stay apart
-                job.result = outcome.Error(StoreUnavailableError(str(error), error.cause))
-        else:  # a row the server refused: isolate it, let the others commit
-            for job in jobs:
-                job.result = outcome.capture(self._call_alone, job.work)
 
-    def _call_alone(self, work: AnyWork[Conn], run: _Running | None = None) -> object:
+    def _isolate(self, jobs: list[PgJob]) -> None:
+        """Some job's rows were refused: halve until each refused call fails alone.
+
+        The halves that are accepted commit as one statement each, so one bad
+        row among ``n`` costs about ``2 log2 n`` statements, not ``n``. A
+        rerun never stores a row twice: each row's append key is unique.
+        """
+        if len(jobs) == 1:
+            jobs[0].result = outcome.capture(self._call_alone, jobs[0].work)
+            return
+        middle = len(jobs) // 2
+        for half in (jobs[:middle], jobs[middle:]):
+            if len(half) == 1:
+                self._isolate(half)
+                continue
+            result = self._append_together(half, None)
+            if shared_outcome(result):
+                for job in half:
+                    job.result = copy_outcome(result)
+            else:
+                self._isolate(half)
+
+    def _call_alone(self, work: AnyWork[Conn], run: Running | None = None) -> object:
         """Run one call's ``work`` the way its kind allows."""
         if isinstance(work, Read | IdempotentWrite):
             return self.call(work.run, run)
@@ -170,7 +188,7 @@ class PgExecutor:
         self.call_once(lambda c: ops.append_many(c, rows), work.committed, run)
         return None
 
-    def call(self, fn: Callable[[Conn], R], run: _Running | None = None) -> R:
+    def call(self, fn: Callable[[Conn], R], run: Running | None = None) -> R:
         """Run ``fn`` (safe to repeat) on a pooled connection; once more if the connection is lost.
 
         Raises:
@@ -193,7 +211,7 @@ class PgExecutor:
         self,
         fn: Callable[[Conn], None],
         committed: Callable[[Conn], bool],
-        run: _Running | None = None,
+        run: Running | None = None,
     ) -> None:
         """Run the write ``fn`` once: after a lost connection, ``committed`` says if it landed.
 
@@ -226,36 +244,39 @@ class PgExecutor:
             f"PostgreSQL connection lost twice; nothing was written: {cause}", cause
         ) from cause
 
-    def _settling(self, run: _Running | None) -> None:
+    def _settling(self, run: Running | None) -> None:
         """A first attempt's connection was lost: its outcome is being settled, then retried."""
         if run is not None:
             with self._lock:
                 run.interruptible = False
         self._pool.check()  # drop every other connection the same event killed
 
-    def _once(self, fn: Callable[[Conn], R], run: _Running | None = None) -> R:
+    def _once(self, fn: Callable[[Conn], R], run: Running | None = None) -> R:
         conn = None
+        wait = None if run is None else run.wait
+        started = time.monotonic()
+        pool = self._pool
         try:
-            with self._pool.connection() as conn:
-                if run is None:
-                    return fn(conn)
-                return self._interruptible(fn, conn, run)
+            conn = pool.getconn(wait)
+            try:
+                return fn(conn) if run is None else self._interruptible(fn, conn, run)
+            finally:
+                pool.putconn(conn)
         except psycopg_pool.PoolTimeout as exc:
-            raise StoreUnavailableError(f"no PostgreSQL connection available: {exc}", exc) from exc
+            waited = time.monotonic() - started
+            raise StoreUnavailableError(
+                f"no PostgreSQL connection was free within pool_timeout ({self._pool.timeout} s): "
+                f"the call waited {waited:.2f} s for a connection (after any wait for a worker), "
+                "every one busy (e.g. with a statement waiting on a lock) or being replaced; "
+                "nothing was done",
+                exc,
+            ) from exc
         except psycopg.Error as exc:
             if conn is not None and (conn.broken or conn.closed):
                 raise _Lost(exc) from None
-            if isinstance(exc, psycopg.errors.QueryCanceled):  # statement_timeout, an admin
-                raise StoreUnavailableError(
-                    f"PostgreSQL cancelled the statement (statement_timeout or an administrator), "
-                    f"which rolled back: {exc}",
-                    exc,
-                ) from exc
-            if isinstance(exc, psycopg.OperationalError):
-                raise StoreUnavailableError(f"PostgreSQL failed: {exc}", exc) from exc
-            raise StoreError(f"PostgreSQL refused the statement: {exc}") from exc
+            raise classify(exc, operation(exc.__traceback__, "the call")) from exc
 
-    def _interruptible(self, fn: Callable[[Conn], R], conn: Conn, run: _Running) -> R:
+    def _interruptible(self, fn: Callable[[Conn], R], conn: Conn, run: Running) -> R:
         """``fn(conn)``, which :meth:`interrupt` may cancel on the server."""
         with self._lock:
             if run.all_cancelled():
@@ -272,6 +293,7 @@ class PgExecutor:
                 run.conn = None
                 cancelling = run.cancelling
             if cancelling is not None:
+                assert run.done is not None
                 run.done.set()
                 cancelling.join()
                 conn.close()  # a late cancel request must not reach a later statement

@@ -33,6 +33,8 @@ _UNTIL = "now() + make_interval(secs => %(ttl)s)"
 
 R = TypeVar("R")
 
+_ROWS_PER_STATEMENT = 5_000  # 11 parameters a row, at most 65,535 a statement
+
 _QUERIES = {
     # A row whose (session_id, append_key) is already stored is the same append
     # (a retry racing its lost attempt): skipped, so no append is stored twice.
@@ -83,11 +85,34 @@ _QUERIES = {
         "SELECT id, final_status, step_total, created_at, updated_at FROM {s}.sessions "
         "ORDER BY write_seq DESC LIMIT %s"
     ),
+    # The deleted session's revision is kept as its floor (see _batches).
     "delete_session": (
         "WITH gone_keys AS (DELETE FROM {s}.finalize_keys WHERE session_id = %(id)s), "
         "gone_steps AS (DELETE FROM {s}.steps WHERE session_id = %(id)s RETURNING 1), "
-        "gone_session AS (DELETE FROM {s}.sessions WHERE id = %(id)s RETURNING 1) "
+        "gone_session AS (DELETE FROM {s}.sessions WHERE id = %(id)s RETURNING id, write_seq), "
+        "floor AS (INSERT INTO {s}.revision_floors (session_id, revision) "
+        "SELECT id, write_seq FROM gone_session "
+        "ON CONFLICT (session_id) DO UPDATE SET revision = EXCLUDED.revision) "
         "SELECT (SELECT count(*) FROM gone_steps) + (SELECT count(*) FROM gone_session)"
+    ),
+    "get_many": "SELECT id, model, system_prompt, system_prompt_nul, data::text "
+    "FROM {s}.sessions WHERE id = ANY(%s)",
+    "revision": (
+        "SELECT coalesce((SELECT write_seq FROM {s}.sessions WHERE id = %(id)s), "
+        "(SELECT revision FROM {s}.revision_floors WHERE session_id = %(id)s), 0)"
+    ),
+    # The check and the write in one statement: racing calls with the same
+    # revision queue on the row lock ON CONFLICT takes, and each re-checks the
+    # WHERE against the row it waited for, so exactly one matches.
+    "update_data_if": (
+        "WITH cur AS (SELECT coalesce((SELECT write_seq FROM {s}.sessions WHERE id = %(id)s), "
+        "(SELECT revision FROM {s}.revision_floors WHERE session_id = %(id)s), 0) AS rev) "
+        "INSERT INTO {s}.sessions AS row (id, system_prompt, data, created_at, updated_at, "
+        "write_seq) SELECT %(id)s, '', %(data)s::jsonb, %(now)s, %(now)s, "
+        "nextval('{s}.session_writes') FROM cur WHERE cur.rev = %(rev)s "
+        "ON CONFLICT (id) DO UPDATE SET data = EXCLUDED.data, "
+        "updated_at = EXCLUDED.updated_at, write_seq = EXCLUDED.write_seq "
+        "WHERE row.write_seq = %(rev)s RETURNING row.write_seq"
     ),
     # Leases: judged on the server's clock. now() is the statement's start: a
     # statement that waited for a row lock sees an earlier time, which can only
@@ -166,7 +191,19 @@ class PgOps:
         conn.execute(self.q["append"], step_params(step, key))
 
     def append_many(self, conn: Conn, items: list[tuple[RunStep, int]]) -> None:
-        """All of ``items`` in one multi-row INSERT: one statement, all rows or none, in order."""
+        """All of ``items`` in one multi-row INSERT: one statement, all rows or none, in order.
+
+        Past ``_ROWS_PER_STATEMENT`` rows (a statement takes at most 65,535
+        parameters) the rows go in several statements inside one transaction.
+        """
+        if len(items) > _ROWS_PER_STATEMENT:
+            with conn.transaction():
+                for start in range(0, len(items), _ROWS_PER_STATEMENT):
+                    self._insert_rows(conn, items[start : start + _ROWS_PER_STATEMENT])
+            return
+        self._insert_rows(conn, items)
+
+    def _insert_rows(self, conn: Conn, items: list[tuple[RunStep, int]]) -> None:
         query = self._many.get(len(items))
         if query is None:
             head, _, row = self.q["append"].partition(" VALUES ")
@@ -243,6 +280,27 @@ class PgOps:
     def delete_session(self, conn: Conn, session_id: str) -> bool:
         row = conn.execute(self.q["delete_session"], {"id": session_id}).fetchone()
         return row is not None and int(row[0]) > 0
+
+    def get_many(self, conn: Conn, session_ids: list[str]) -> dict[str, Session]:
+        rows = conn.execute(self.q["get_many"], (session_ids,)).fetchall()
+        return {
+            sid: Session(sid, model, _codec.join_nul(prompt, prompt_nul), data)
+            for sid, model, prompt, prompt_nul, data in rows
+        }
+
+    def revision(self, conn: Conn, session_id: str) -> int:
+        row = conn.execute(self.q["revision"], {"id": session_id}).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def update_data_if(
+        self, conn: Conn, session_id: str, snapshot: str | None, revision: int
+    ) -> tuple[bool, int]:
+        params = {"id": session_id, "data": snapshot, "now": _codec.now(), "rev": revision}
+        row = conn.execute(self.q["update_data_if"], params).fetchone()
+        if row is not None:
+            return True, int(row[0])
+        return False, self.revision(conn, session_id)
 
     def acquire_lease(
         self, conn: Conn, session_id: str, owner: str, ttl: float

@@ -104,7 +104,19 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
     ),
+    (
+        # A deleted session's last revision (its write_seq), never deleted: its
+        # revision never gets smaller (write_seq comes from a sequence, so later
+        # writes go above it anyway).
+        """
+        CREATE TABLE {s}.revision_floors (
+            session_id text COLLATE "C" PRIMARY KEY,
+            revision bigint NOT NULL
+        )
+        """,
+    ),
 )
+
 
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -48,6 +48,7 @@ _STEPS = (
 )
 _FINALIZE_KEYS = (("session_id", "text"), ("key", "bigint"))
 _LEASES = (("session_id", "text"), ("owner", "text"), ("token", "bigint"), ("expires_at", _TSTZ))
+_REVISION_FLOORS = (("session_id", "text"), ("revision", "bigint"))
 _VERSION_TABLE = (("version", "integer"),)
 
 # The tables (with their columns, in order) each schema version added; version
@@ -56,8 +57,17 @@ _TABLES_FROM: dict[int, dict[str, tuple[tuple[str, str], ...]]] = {
     1: {"schema_version": _VERSION_TABLE, "sessions": _SESSIONS, "steps": _STEPS},
     2: {"finalize_keys": _FINALIZE_KEYS},
     4: {"leases": _LEASES},
+    5: {"revision_floors": _REVISION_FLOORS},
 }
-_OURS = ("schema_version", "sessions", "steps", "finalize_keys", "leases", "session_writes")
+_OURS = (
+    "schema_version",
+    "sessions",
+    "steps",
+    "finalize_keys",
+    "leases",
+    "revision_floors",
+    "session_writes",
+)
 SYSTEM_SCHEMAS = ("information_schema",)  # and every name starting with pg_
 
 _COLUMNS = (

@@ -43,10 +43,14 @@ class PostgresStore(SqlStoreBase["Conn"]):
     processes and machines may share one schema.
 
     Calls queue to ``pool_size`` worker threads, each borrowing a connection
-    from a ``psycopg_pool.ConnectionPool``; more calls wait their turn. Every
+    from a ``psycopg_pool.ConnectionPool``; more calls wait their turn, for at
+    most ``pool_timeout`` (then ``StoreUnavailableError``, nothing done). Every
     operation is one autocommit statement, so it commits whole or not at all;
     appends waiting together become one multi-row ``INSERT`` (one commit for
-    all of them, each caller answered after it).
+    all of them, each caller answered after it). A row the server refuses for a
+    reason of its own (a constraint, a size limit) fails its own call only, with
+    a ``StoreError`` naming the rule; ``StoreUnavailableError`` means retrying
+    later may succeed (a lost connection, a timeout, a server going away).
 
     **Durable when it returns** means PostgreSQL acknowledged the commit: with
     the server's default ``synchronous_commit = on`` its WAL was flushed to
@@ -77,12 +81,17 @@ class PostgresStore(SqlStoreBase["Conn"]):
         self, pool: psycopg_pool.ConnectionPool[Any], ops: PgOps, schema: str, size: int
     ) -> None:
         """Use :meth:`open`."""
+        from agentloopsql._pg_errors import waited_error
         from agentloopsql._pg_exec import PgExecutor
 
         self._pool = pool
         self._ops = ops
         self._schema = schema
-        self._workers: Workers[Conn] = Workers(PgExecutor(pool, ops), size, "PostgresStore")
+        expired = (pool.timeout, lambda waited: waited_error(waited, pool.timeout))
+        executor = PgExecutor(pool, ops)
+        self._workers: Workers[Conn] = Workers(
+            executor, size, "PostgresStore", queue_timeout=expired
+        )
         self._closed = False
 
     @classmethod
@@ -101,7 +110,7 @@ class PostgresStore(SqlStoreBase["Conn"]):
         this store's tables, so several apps or test runs can share one
         database; ``None`` uses the connection's current schema (usually
         ``public``). ``pool_size`` connections are opened; ``pool_timeout`` is how
-        long, in seconds, a call waits for a connection before giving up.
+        long, in seconds, a call waits for a worker and a connection before giving up.
         ``statement_timeout`` (seconds, ``None`` for the server's setting) makes
         the server cancel any of the store's statements that runs longer, for
         example one waiting on another connection's lock; that call then

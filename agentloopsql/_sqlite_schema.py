@@ -65,7 +65,19 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         ) WITHOUT ROWID
         """,
     ),
+    (
+        # A deleted session's last revision (its write_seq), never deleted: its
+        # revision never gets smaller, and the next write_seq goes above it.
+        """
+        CREATE TABLE revision_floors (
+            session_id TEXT PRIMARY KEY NOT NULL,
+            revision INTEGER NOT NULL
+        ) WITHOUT ROWID
+        """,
+        "CREATE INDEX revision_floors_by_revision ON revision_floors (revision)",
+    ),
 )
+
 
 SCHEMA_VERSION = len(MIGRATIONS)
 

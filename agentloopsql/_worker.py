@@ -14,6 +14,10 @@ decline). The caller waits for the worker either way: a job that ends with
 :class:`Interrupted` did not happen and its caller gets ``trio.Cancelled``;
 any other result is returned normally (the cancellation is delivered at the
 caller's next checkpoint). A worker is never abandoned mid-write.
+
+Bounded waits: with a ``queue_timeout``, a watchdog thread fails each job no
+worker took in time (every worker stuck, e.g. behind a lock); it sleeps unless
+every worker is busy and jobs wait.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import threading
+import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any, Generic, Protocol, TypeVar, overload
 
 import outcome
@@ -41,7 +48,7 @@ class Interrupted(Exception):
 class Job(Generic[ConnT]):
     """One queued call: its typed :data:`~agentloopsql._jobs.Work` and how to answer its caller."""
 
-    __slots__ = ("cancel_requested", "result", "taken", "task", "token", "work")
+    __slots__ = ("cancel_requested", "queued_at", "result", "taken", "task", "token", "work")
 
     def __init__(self, work: AnyWork[ConnT]) -> None:
         self.work = work
@@ -50,6 +57,7 @@ class Job(Generic[ConnT]):
         self.taken = False
         self.cancel_requested = False  # the executor's to set, under its own lock
         self.result: outcome.Outcome[Any] | None = None
+        self.queued_at = time.monotonic()
 
 
 class Executor(Protocol[StateT, ConnT]):
@@ -66,7 +74,11 @@ class Executor(Protocol[StateT, ConnT]):
         ...
 
     def run_batch(self, state: StateT, jobs: list[Job[ConnT]]) -> None:
-        """Run ``jobs`` and set every ``job.result``; must not raise."""
+        """Run ``jobs`` and set every ``job.result``; must not raise.
+
+        A job may be answered early, before the batch ends: set its result,
+        remove it from ``jobs`` and pass it to :func:`hand_back`.
+        """
         ...
 
     def disconnect(self, state: StateT) -> None:
@@ -96,20 +108,38 @@ def _deliver(jobs: list[Job[Any]]) -> None:
 class Workers(Generic[ConnT]):
     """``threads`` daemon threads serving one queue; see the module docstring.
 
-    ``ConnT`` is the connection a job's work runs on.
+    ``ConnT`` is the connection a job's work runs on. ``queue_timeout`` is
+    ``(seconds, error)``: a job no worker took within ``seconds`` fails with
+    ``error(waited)``; ``None`` lets jobs wait for a worker as long as it takes.
     """
 
-    def __init__(self, executor: Executor[Any, ConnT], threads: int, owner: str) -> None:
+    def __init__(
+        self,
+        executor: Executor[Any, ConnT],
+        threads: int,
+        owner: str,
+        *,
+        queue_timeout: tuple[float, Callable[[float], StoreError]] | None = None,
+    ) -> None:
         self._executor = executor
         self._owner = owner
-        self._cond = threading.Condition(threading.Lock())
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)
         self._queue: collections.deque[Job[ConnT]] = collections.deque()
         self._closing = False
         self._dead: BaseException | None = None
+        self._size = threads
+        self._busy = 0  # worker threads running a batch
+        self._idle: list[threading.Lock] = []  # idle workers' wake locks; the last is woken
         self._threads = [
             threading.Thread(target=self._main, name=f"{owner} worker {n}", daemon=True)
             for n in range(threads)
         ]
+        self._watch: threading.Condition | None = None
+        if queue_timeout is not None:
+            self._watch = threading.Condition(lock)
+            watchdog, name = partial(self._watchdog, *queue_timeout), f"{owner} queue"
+            self._threads.append(threading.Thread(target=watchdog, name=name, daemon=True))
         for thread in self._threads:
             thread.start()
 
@@ -124,7 +154,8 @@ class Workers(Generic[ConnT]):
 
         Raises:
             StoreClosedError: the store is closing or closed.
-            StoreError: whatever the executor reports for the job.
+            StoreError: whatever the executor reports for the job, or the
+                ``queue_timeout`` error when no worker took it in time.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         job = Job(work)
@@ -134,7 +165,10 @@ class Workers(Generic[ConnT]):
             if self._dead is not None:
                 raise self._executor.dead_error(self._dead)
             self._queue.append(job)
-            self._cond.notify()
+            if self._idle:
+                self._idle.pop().release()
+            if self._watch is not None and self._busy == self._size:
+                self._watch.notify()  # no worker may take it soon: time its wait
 
         def abort(_: object) -> trio.lowlevel.Abort:
             with self._cond:
@@ -158,11 +192,18 @@ class Workers(Generic[ConnT]):
         await trio.lowlevel.checkpoint()
         raise StoreError(f"{self._owner}: the call was interrupted; it did not happen")
 
+    @property
+    def dead(self) -> bool:
+        """Whether a worker died: every later :meth:`call` raises the executor's error."""
+        return self._dead is not None
+
     async def close(self) -> None:
         """Run every job queued so far, then end the threads. Idempotent; shielded."""
         with self._cond:
             self._closing = True
-            self._cond.notify_all()
+            self._wake_all()
+            if self._watch is not None:
+                self._watch.notify_all()
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(self._join)
 
@@ -172,13 +213,26 @@ class Workers(Generic[ConnT]):
 
     # -- the threads -------------------------------------------------------
 
-    def _take(self) -> list[Job[ConnT]] | None:
-        """The next batch, or ``None`` once closing with nothing left; waits for work."""
+    def _wake_all(self) -> None:  # called under the lock
+        for wake in self._idle:
+            wake.release()
+        self._idle.clear()
+
+    def _take(self, wake: threading.Lock) -> list[Job[ConnT]] | None:
+        """The next batch, or ``None`` once closing with nothing left; waits for work
+        (acquiring ``wake``, this thread's own held lock, until a caller releases it)."""
         executor = self._executor
         with self._cond:
             while not self._queue and not self._closing and self._dead is None:
-                self._cond.wait()
+                self._idle.append(wake)
+                self._cond.release()
+                try:
+                    wake.acquire()
+                finally:
+                    self._cond.acquire()
             if not self._queue or self._dead is not None:
+                if self._watch is not None:
+                    self._watch.notify()  # closing and drained: the watchdog may end too
                 return None
             head = self._queue.popleft()
             batch = [head]
@@ -193,6 +247,9 @@ class Workers(Generic[ConnT]):
                 self._queue = rest
             for job in batch:
                 job.taken = True
+            self._busy += 1
+            if self._watch is not None and self._queue and self._busy == self._size:
+                self._watch.notify()  # what is left may wait long: time it
             return batch
 
     def _main(self) -> None:
@@ -202,20 +259,54 @@ class Workers(Generic[ConnT]):
             self._die(exc)
             return
         running: list[Job[ConnT]] = []
+        wake = threading.Lock()
+        wake.acquire()
         try:
-            while (batch := self._take()) is not None:
+            while (batch := self._take(wake)) is not None:
                 running = batch
                 self._executor.run_batch(state, batch)
                 running = []
+                with self._cond:
+                    self._busy -= 1
                 self._hand_back(batch)
         except BaseException as exc:  # a bug here must not leave callers asleep forever
             for job in running:
                 if job.result is None:
                     job.result = outcome.Error(self._executor.dead_error(exc))
-            self._hand_back(running)
             self._die(exc)  # every caller gets the error, with exc as its cause
+            self._hand_back(running)  # after: a caller woken now finds the store dead
         finally:
             self._executor.disconnect(state)
+
+    def _watchdog(self, limit: float, error: Callable[[float], StoreError]) -> None:
+        """Fail each queued job no worker took within ``limit`` seconds of its queueing;
+        sleeps unless every worker is busy and jobs wait."""
+        watch = self._watch
+        assert watch is not None
+        while True:
+            with self._cond:
+                while not (expired := self._expired(limit)):
+                    if self._dead is not None or (self._closing and not self._queue):
+                        return
+                    if self._queue and self._busy == self._size:
+                        oldest = min(job.queued_at for job in self._queue)
+                        watch.wait(oldest + limit - time.monotonic())
+                    else:
+                        watch.wait()
+            now = time.monotonic()
+            for job in expired:
+                job.result = outcome.Error(error(now - job.queued_at))
+            self._hand_back(expired)
+
+    def _expired(self, limit: float) -> list[Job[ConnT]]:
+        """Take the queued jobs that waited ``limit`` seconds; called under the lock."""
+        cutoff = time.monotonic() - limit
+        expired = [job for job in self._queue if job.queued_at <= cutoff]
+        if expired:
+            self._queue = collections.deque(job for job in self._queue if job.queued_at > cutoff)
+            for job in expired:
+                job.taken = True
+        return expired
 
     def _die(self, exc: BaseException) -> None:
         with self._cond:
@@ -227,18 +318,28 @@ class Workers(Generic[ConnT]):
             # the error already on its way rather than look for its job in the queue.
             for job in orphans:
                 job.taken = True
-            self._cond.notify_all()
+            self._wake_all()
+            if self._watch is not None:
+                self._watch.notify_all()
         for job in orphans:
             job.result = outcome.Error(self._executor.dead_error(exc))
         self._hand_back(orphans)
 
     def _hand_back(self, jobs: list[Job[ConnT]]) -> None:
-        by_token: dict[trio.lowlevel.TrioToken, list[Job[ConnT]]] = {}
+        hand_back(jobs)
+
+
+def hand_back(jobs: list[Job[Any]]) -> None:
+    """Wake each job's caller with its result (set before); from any thread, once per job."""
+    by_token: dict[trio.lowlevel.TrioToken, list[Job[Any]]] = {}
+    if len(jobs) == 1:  # the common case: no grouping needed
+        by_token[jobs[0].token] = jobs
+    else:
         for job in jobs:
             by_token.setdefault(job.token, []).append(job)
-        for token, mine in by_token.items():
-            with contextlib.suppress(trio.RunFinishedError):
-                token.run_sync_soon(_deliver, mine)
+    for token, mine in by_token.items():
+        with contextlib.suppress(trio.RunFinishedError):
+            token.run_sync_soon(_deliver, mine)
 
 
 def dead_worker_error(owner: str, exc: BaseException) -> StoreError:

@@ -10,14 +10,17 @@ Certify from the command line::
 
 Needs the ``contract`` extra (``pip install 'agentloop[contract]'``), and
 ``postgres`` the ``postgres`` one. ``postgres()`` puts each store in a new
-schema named ``agentloop_test_...`` and drops those schemas when the process
-exits (or when :func:`drop_test_schemas` is called); it never touches any
-other schema.
+schema named ``agentloop_test_...``; its harness's ``cleanup`` drops the
+schemas its stores made after each clause, and whatever is left is dropped
+when the process exits (or when :func:`drop_test_schemas` is called); it
+never touches any other schema. ``sqlite()``'s ``cleanup`` deletes the
+database files of the clause just run.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import os
 import secrets
@@ -26,6 +29,8 @@ import sys
 import tempfile
 import threading
 import weakref
+
+import trio
 
 from agentloopsql._postgres import PostgresStore
 from agentloopsql._sqlite import SqliteStore
@@ -56,7 +61,12 @@ def sqlite() -> Harness:
             raise TypeError(f"reopen expects a SqliteStore, got {type(store).__name__}")
         return await SqliteStore.open(store.path)
 
-    harness = Harness(new_step_store=new_store, new_session_store=new_store, reopen=reopen)
+    async def cleanup() -> None:
+        await trio.to_thread.run_sync(_empty_directory, directory)
+
+    harness = Harness(
+        new_step_store=new_store, new_session_store=new_store, reopen=reopen, cleanup=cleanup
+    )
     weakref.finalize(harness, shutil.rmtree, directory, ignore_errors=True)
     return harness
 
@@ -76,6 +86,8 @@ def postgres(dsn: str | None = None) -> Harness:
             "(e.g. postgresql://postgres@127.0.0.1:5432/test) to certify PostgresStore"
         )
 
+    mine: list[tuple[str, str]] = []  # this harness's schemas not yet dropped
+
     async def new_store() -> PostgresStore:
         schema = f"agentloop_test_{os.getpid()}_{secrets.token_hex(6)}"
         with _lock:
@@ -83,14 +95,26 @@ def postgres(dsn: str | None = None) -> Harness:
                 atexit.register(_drop_at_exit)
                 _registered.append(True)
             _created.append((target, schema))
+            mine.append((target, schema))
         return await PostgresStore.open(target, schema=schema, pool_size=2)
+
+    async def cleanup() -> None:
+        with _lock:
+            pending = list(mine)
+            mine.clear()
+            for made in pending:
+                if made in _created:
+                    _created.remove(made)
+        await trio.to_thread.run_sync(_drop, pending)
 
     async def reopen(store: object) -> PostgresStore:
         if not isinstance(store, PostgresStore):
             raise TypeError(f"reopen expects a PostgresStore, got {type(store).__name__}")
         return await PostgresStore.open(target, schema=store.schema, pool_size=2)
 
-    return Harness(new_step_store=new_store, new_session_store=new_store, reopen=reopen)
+    return Harness(
+        new_step_store=new_store, new_session_store=new_store, reopen=reopen, cleanup=cleanup
+    )
 
 
 def _drop_at_exit() -> None:
@@ -100,14 +124,27 @@ def _drop_at_exit() -> None:
         print(f"agentloopsql.testing: could not drop test schemas: {exc}", file=sys.stderr)
 
 
+def _empty_directory(directory: str) -> None:
+    """Delete the files in ``directory`` (the closed stores' databases and journals)."""
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+
+
 def drop_test_schemas() -> None:
     """Drop every schema :func:`postgres` created in this process (blocking; idempotent)."""
-    import psycopg
-    from psycopg import sql
-
     with _lock:
         pending = list(_created)
         _created.clear()
+    _drop(pending)
+
+
+def _drop(pending: list[tuple[str, str]]) -> None:
+    """Drop the ``(dsn, schema)`` schemas, one connection per DSN (blocking)."""
+    import psycopg
+    from psycopg import sql
+
     by_dsn: dict[str, list[str]] = {}
     for target, schema in pending:
         by_dsn.setdefault(target, []).append(schema)

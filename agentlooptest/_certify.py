@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from agentlooptest._clause import CAPABILITIES, REOPEN, Clause, Violation, format_violation
+from agentlooptest._cleanup import run_cleanup
 from agentlooptest._registry import CLAUSES
 from agentlooptest._report import ClauseResult, Outcome, Report
 from agentlooptest._run_clause import CLAUSE_TIMEOUT, run_clause
@@ -47,7 +48,11 @@ async def certify(
     ``pattern`` keeps only clauses whose id contains it (or matches it, as a
     glob, when it holds ``*``, ``?`` or ``[``). ``on_start(clause, i, total)``
     and ``on_result(result)`` are called around each clause (progress
-    display). A clause that runs longer than ``clause_timeout`` seconds fails as hung.
+    display). A clause that runs longer than ``clause_timeout`` seconds fails as
+    hung, also when the store spins without awaiting (see the README's
+    "Timeouts" for what is out of reach). The harness's ``cleanup`` runs after
+    each clause and once at the end, also when the run is interrupted; a
+    failure of that last one is in the report's ``notes``.
 
     Never raises for a broken store: its failures are in the report.
     """
@@ -63,18 +68,19 @@ async def certify(
         except Violation as violation:
             broken[protocol] = factory_failure(protocol, violation)
         except Exception as exc:
-            broken[protocol] = (
-                f"[{protocol}] opening a store with the harness failed: "
-                f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exception(exc))
-            )
+            broken[protocol] = factory_error(protocol, exc)
     results: list[ClauseResult] = []
-    for i, clause in enumerate(chosen):
-        if on_start is not None:
-            on_start(clause, i, len(chosen))
-        result = await _one(clause, harness, capabilities, broken, clause_timeout)
-        results.append(result)
-        if on_result is not None:
-            on_result(result)
+    told: dict[str, str] = {}  # protocol -> the clause whose result tells the factory failure
+    try:
+        for i, clause in enumerate(chosen):
+            if on_start is not None:
+                on_start(clause, i, len(chosen))
+            result = await _one(clause, harness, capabilities, broken, told, clause_timeout)
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
+    finally:
+        cleanup_problem = await run_cleanup(harness)  # once at the end, interrupted or not
     return Report(
         results=tuple(results),
         level=conformance_level(harness, results)
@@ -82,6 +88,7 @@ async def certify(
         duration=time.perf_counter() - start,
         capabilities={k: tuple(sorted(v)) for k, v in capabilities.items()},
         pattern=pattern or None,
+        notes=(f"at the end: {cleanup_problem}",) if cleanup_problem else (),
     )
 
 
@@ -89,7 +96,16 @@ def _factory(harness: Harness, protocol: str) -> object:
     return harness.new_step_store if protocol == "step" else harness.new_session_store
 
 
+def factory_error(protocol: str, exc: Exception) -> str:
+    """The message for a factory (or a fresh store's ``aclose``) that raised: once, in full."""
+    return (
+        f"[{protocol}.factory] opening a store with the harness failed: "
+        f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exception(exc)).rstrip()
+    )
+
+
 def factory_failure(protocol: str, violation: Violation) -> str:
+    """The message for a factory that gave no usable store in time."""
     fake = Clause(
         f"{protocol}.factory",
         f"the harness opens a {_PROTOCOLS[protocol]}",
@@ -110,6 +126,7 @@ async def _one(
     harness: Harness,
     capabilities: dict[str, frozenset[str]],
     broken: dict[str, str],
+    told: dict[str, str],
     clause_timeout: float,
 ) -> ClauseResult:
     def result(outcome: Outcome, message: str) -> ClauseResult:
@@ -123,7 +140,12 @@ async def _one(
         )
 
     if clause.protocol in broken:
-        return result("failed", broken[clause.protocol])
+        message, first = broken[clause.protocol], told.get(clause.protocol)
+        cannot = f"not run: the harness could not open a {_PROTOCOLS[clause.protocol]}"
+        if first is None:  # told in full once, then referred to
+            told[clause.protocol] = clause.id
+            return result("failed", f"[{clause.id}] {clause.title}\n  {cannot}:\n{message}")
+        return result("failed", f"[{clause.id}] {clause.title}\n  {cannot} ({first} says why)")
     reason = skip_reason(clause, harness, capabilities.get(clause.protocol, frozenset()))
     if reason is not None:
         return result("skipped", reason)

@@ -16,10 +16,14 @@ from agentloop import (
     StoreClosedError,
     SupportsAclose,
     SupportsAll,
+    SupportsAppendMany,
     SupportsDeleteSession,
     SupportsFinal,
+    SupportsGetMany,
+    SupportsLease,
     SupportsListSessions,
     SupportsPut,
+    SupportsRevisions,
 )
 
 if TYPE_CHECKING:
@@ -32,16 +36,21 @@ CAPABILITIES: dict[str, type] = {
     "put": SupportsPut,
     "final": SupportsFinal,
     "all": SupportsAll,
+    "append_many": SupportsAppendMany,
+    "get_many": SupportsGetMany,
+    "revisions": SupportsRevisions,
     "list_sessions": SupportsListSessions,
     "delete_session": SupportsDeleteSession,
     "aclose": SupportsAclose,
     "combined": StepStore,
+    "lease": SupportsLease,
 }
 """Optional store capabilities, by name, and the protocol that detects each.
 
 ``combined`` is a session store that is a ``StepStore`` too (one object for
 both, like the SQL stores): one session's steps, data and summary then live
-together.
+together. ``lease`` is a session store that grants session leases and fenced
+views (``acquire_lease``, ``renew_lease``, ``release_lease``, ``fenced``).
 """
 
 REOPEN = "reopen"
@@ -63,7 +72,8 @@ class Clause:
     without it has the clause skipped, with that reason. ``why`` is what
     breaks in the loop when the promise does; every failure message ends
     with it. ``check(harness)`` raises :class:`Violation` when the store
-    breaks the promise.
+    breaks the promise. ``hint`` is the usual cause of a failure, when one is
+    known; the failure message's last line says it.
     """
 
     id: str
@@ -72,6 +82,7 @@ class Clause:
     capability: str | None
     why: str
     check: Check = attrs.field(repr=False, eq=False)
+    hint: str = attrs.field(default="", kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         if not _ID.match(self.id) or not self.id.startswith(self.protocol + "."):
@@ -102,23 +113,32 @@ class Violation(Exception):
     """A store broke a clause: what was done, what was expected, what came back.
 
     ``why`` overrides the clause's own consequence when one check covers
-    several.
+    several; ``hint`` (the usual cause of this failure) overrides the clause's.
     """
 
-    def __init__(self, did: str, expected: str, got: str, why: str | None = None) -> None:
+    def __init__(
+        self, did: str, expected: str, got: str, why: str | None = None, *, hint: str = ""
+    ) -> None:
         super().__init__(did, expected, got, why)
         self.did = did
         self.expected = expected
         self.got = got
         self.why = why
+        self.hint = hint
 
 
 def expect(
-    condition: bool, *, did: str, expected: str, got: object, why: str | None = None
+    condition: bool,
+    *,
+    did: str,
+    expected: str,
+    got: object,
+    why: str | None = None,
+    hint: str = "",
 ) -> None:
     """Raise :class:`Violation` unless ``condition`` (``got`` is shown as ``repr`` unless a str)."""
     if not condition:
-        raise Violation(did, expected, got if isinstance(got, str) else _show(got), why)
+        raise Violation(did, expected, got if isinstance(got, str) else _show(got), why, hint=hint)
 
 
 def _show(value: object) -> str:
@@ -127,13 +147,18 @@ def _show(value: object) -> str:
 
 
 def format_violation(clause: Clause, violation: Violation) -> str:
-    """The failure message: clause id and title, then did / expected / got / why."""
+    """The failure message: clause id and title, did / expected / got / why, and a hint.
+
+    The ``hint:`` line (the usual cause) is there when the violation or the
+    clause knows one.
+    """
+    hint = violation.hint or clause.hint
     return (
         f"[{clause.id}] {clause.title}\n"
         f"  did:      {violation.did}\n"
         f"  expected: {violation.expected}\n"
         f"  got:      {violation.got}\n"
-        f"  why:      {violation.why or clause.why}"
+        f"  why:      {violation.why or clause.why}" + (f"\n  hint:     {hint}" if hint else "")
     )
 
 
@@ -146,6 +171,7 @@ def clause(
     *,
     why: str,
     capability: str | None = None,
+    hint: str = "",
 ) -> Callable[[Check], Check]:
     """Register the decorated check as a clause, in definition order."""
 
@@ -153,7 +179,7 @@ def clause(
         protocol: Protocol = "step" if id.startswith("step.") else "session"
         if any(c.id == id for c in _REGISTRY):
             raise ValueError(f"duplicate clause id {id!r}")
-        _REGISTRY.append(Clause(id, title, protocol, capability, why, check))
+        _REGISTRY.append(Clause(id, title, protocol, capability, why, check, hint=hint))
         return check
 
     return register

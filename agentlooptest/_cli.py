@@ -21,7 +21,7 @@ from agentlooptest._builtin import BUILTIN_NAMES, builtin_targets
 from agentlooptest._certify import certify, matches
 from agentlooptest._clause import Clause
 from agentlooptest._registry import CLAUSES
-from agentlooptest._report import ClauseResult, Report
+from agentlooptest._report import REPORT_VERSION, ClauseResult, Report
 from agentlooptest._run_clause import CLAUSE_TIMEOUT
 from agentlooptest._target import TargetError, load
 
@@ -168,6 +168,7 @@ def render(name: str, report: Report, width: int = 120) -> str:
         for r in report.failed:
             out += ["", r.message]
         out.append("")
+    out += [f"note: {note}" for note in report.notes]
     out += [f"conformance level: {report.level}", report.verdict]
     return "\n".join(out)
 
@@ -207,7 +208,11 @@ async def _run(args: argparse.Namespace) -> int:
         print()
     ok = all(r.ok for r in reports.values())
     if args.json:
-        doc = {"ok": ok, "targets": [{"target": n, **r.to_dict()} for n, r in reports.items()]}
+        doc = {
+            "version": REPORT_VERSION,
+            "ok": ok,
+            "targets": [{"target": n, **r.to_dict()} for n, r in reports.items()],
+        }
         args.json.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     if args.junit_xml:
         root = ElementTree.Element("testsuites")

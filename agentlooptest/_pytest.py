@@ -2,28 +2,32 @@
 
 A store's test module subclasses ``StepStoreContract`` and/or
 ``SessionStoreContract`` as ``TestMyStore`` and gives a ``harness`` fixture.
-Capability skips happen in a sync fixture, before the trio test starts, so
-pytest shows their reasons.
+Capability skips happen in a sync fixture, before the check runs, so pytest
+shows their reasons. Each test is a plain function running its clause in its
+own ``trio.run``: a failure is the clause's did / expected / got / why text
+as pytest's failure message, with no nursery exception group or library
+frames around it.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
 import trio
 
-from agentlooptest._certify import factory_failure
-from agentlooptest._clause import CAPABILITIES, Clause, Violation
+from agentlooptest._certify import factory_error, factory_failure
+from agentlooptest._clause import Clause, Violation
 from agentlooptest._harness import Harness
 from agentlooptest._registry import CLAUSES
-from agentlooptest._run_clause import run_check
+from agentlooptest._run_clause import CLAUSE_TIMEOUT, ClauseFailed, run_check
 from agentlooptest._stores import probe, skip_reason
 
 _BY_NAME: dict[str, Clause] = {c.test_name: c for c in CLAUSES}
-_PROBED: dict[tuple[Harness, str], frozenset[str]] = {}
+_PROBED: dict[tuple[type, str], frozenset[str] | str] = {}
+"""Per test class and protocol: the store's capabilities, or the factory's failure."""
 
 
 def asyncio_auto_mode(config: pytest.Config) -> bool:
@@ -39,17 +43,28 @@ def asyncio_auto_mode(config: pytest.Config) -> bool:
     return str(mode) == "auto"
 
 
-def _capabilities(harness: Harness, protocol: str) -> frozenset[str]:
+def _capabilities(
+    contract: _Contract, test: str, harness: Harness, protocol: str
+) -> frozenset[str]:
+    """Probe the store once per test class; a factory failure is told in full once only."""
+    owner = type(contract)
+    known = _PROBED.get((owner, protocol))
+    if isinstance(known, frozenset):
+        return known
+    if isinstance(known, str):
+        pytest.fail(
+            f"[{protocol}.factory] not run: the harness could not open a store ({known} says why)",
+            pytrace=False,
+        )
     try:
-        return _PROBED[harness, protocol]
-    except (KeyError, TypeError):
-        pass
-    try:
-        found = trio.run(probe, harness, protocol)
+        found = trio.run(partial(probe, harness, protocol, clause_timeout=contract.clause_timeout))
     except Violation as violation:
+        _PROBED[owner, protocol] = test
         pytest.fail(factory_failure(protocol, violation), pytrace=False)
-    with contextlib.suppress(TypeError):  # an unhashable factory: probe again next time
-        _PROBED[harness, protocol] = found
+    except Exception as exc:
+        _PROBED[owner, protocol] = test
+        pytest.fail(factory_error(protocol, exc), pytrace=False)
+    _PROBED[owner, protocol] = found
     return found
 
 
@@ -58,7 +73,8 @@ def _factory(harness: Harness, protocol: str) -> object:
 
 
 class _Contract:
-    pytestmark = pytest.mark.trio
+    clause_timeout: float = CLAUSE_TIMEOUT
+    """Seconds one clause may run before it fails as hung or spinning; override per class."""
 
     @pytest.fixture
     def harness(self) -> Harness:
@@ -86,17 +102,27 @@ class _Contract:
             )
         clause = _BY_NAME[request.node.originalname]
         capabilities: frozenset[str] = frozenset()
-        if clause.capability in CAPABILITIES and _factory(harness, clause.protocol) is not None:
-            capabilities = _capabilities(harness, clause.protocol)
+        if _factory(harness, clause.protocol) is not None:
+            capabilities = _capabilities(self, request.node.name, harness, clause.protocol)
         reason = skip_reason(clause, harness, capabilities)
         if reason is not None:
             pytest.skip(f"[{clause.id}] {reason}")
         return harness
 
 
-def _test(clause: Clause) -> Callable[[Any, Harness], Coroutine[Any, Any, None]]:
-    async def test(self: Any, _agentlooptest_harness: Harness) -> None:
-        await run_check(clause, _agentlooptest_harness)
+def _test(clause: Clause) -> Callable[[Any, Harness], None]:
+    def test(self: Any, _agentlooptest_harness: Harness) -> None:
+        __tracebackhide__ = True
+        check = partial(
+            run_check, clause, _agentlooptest_harness, clause_timeout=self.clause_timeout
+        )
+        try:
+            trio.run(check)
+        except ClauseFailed as failed:
+            message = str(failed)
+        else:
+            return
+        pytest.fail(message, pytrace=False)  # outside the except: no "during handling"
 
     test.__name__ = test.__qualname__ = clause.test_name
     test.__doc__ = f"[{clause.id}] {clause.title}"

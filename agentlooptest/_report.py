@@ -10,6 +10,9 @@ import attrs
 
 Outcome = Literal["passed", "failed", "skipped"]
 
+REPORT_VERSION = 1
+"""The version of the JSON report shape; raised when a key changes meaning or goes away."""
+
 
 @attrs.frozen
 class ClauseResult:
@@ -36,7 +39,8 @@ class Report:
     clauses cover capabilities the store does not have). ``level`` names what was certified, e.g.
     ``"step: base + all, delete_session; session: not certified"``.
     ``duration`` is in seconds. ``pattern`` is the ``-k`` selection when only
-    some clauses ran: such a report never says "certified".
+    some clauses ran: such a report never says "certified". ``notes`` are
+    problems outside any clause (the harness's final cleanup failed).
     """
 
     results: tuple[ClauseResult, ...]
@@ -44,6 +48,7 @@ class Report:
     duration: float
     capabilities: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
     pattern: str | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -94,14 +99,22 @@ class Report:
         return f"NOT CERTIFIED: {counts}; broken: {ids}{more}"
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict: ``ok``, ``level``, ``duration``, ``capabilities``, ``results``."""
+        """A JSON-ready dict, the shape the README's "Report formats" documents.
+
+        ``version`` (:data:`REPORT_VERSION`), ``ok``, ``level``, ``pattern``,
+        ``verdict``, ``duration``, ``capabilities``, ``notes`` and ``results``
+        (each a :meth:`ClauseResult.to_dict`). The CLI's ``--json`` writes one
+        such dict per target, each with a ``target`` key added.
+        """
         return {
+            "version": REPORT_VERSION,
             "ok": self.ok,
             "level": self.level,
             "pattern": self.pattern,
             "verdict": self.verdict,
             "duration": self.duration,
             "capabilities": {k: list(v) for k, v in self.capabilities.items()},
+            "notes": list(self.notes),
             "results": [r.to_dict() for r in self.results],
         }
 

@@ -4,68 +4,127 @@ from __future__ import annotations
 
 import time
 import traceback
-from typing import TYPE_CHECKING
-
-import trio
+from typing import TYPE_CHECKING, TypeVar
 
 from agentlooptest._clause import Clause, Violation, format_violation
+from agentlooptest._cleanup import run_cleanup
 from agentlooptest._report import ClauseResult, Outcome
+from agentlooptest._stall import StoreSpun, stalled_call, watched
 
 if TYPE_CHECKING:
     from agentlooptest._harness import Harness
 
+import trio
+
+E = TypeVar("E", bound=BaseException)
+
 CLAUSE_TIMEOUT = 300.0
-"""Seconds one clause may run before it fails as hung (a deadlocked store)."""
+"""Seconds one clause may run before it fails as hung (a deadlocked or spinning store)."""
+
+SPIN_HINT = (
+    "a loop that polls a cache or flag without awaiting, or blocking work (a sync driver, "
+    "time.sleep) on the event-loop thread"
+)
+HANG_HINT = "a lock or connection never released, or an await on an event nobody sets"
 
 
 class ClauseFailed(AssertionError):
     """A clause failed; the message names the clause and says what broke and why it matters."""
 
 
-def _find_violation(group: BaseExceptionGroup[BaseException]) -> Violation | None:
-    """The first :class:`Violation` in a (nested) exception group from a nursery."""
+def find(group: BaseExceptionGroup[BaseException], kind: type[E]) -> E | None:
+    """The first exception of ``kind`` in a (nested) exception group from a nursery."""
     for exc in group.exceptions:
-        if isinstance(exc, Violation):
+        if isinstance(exc, kind):
             return exc
         if isinstance(exc, BaseExceptionGroup):
-            found = _find_violation(exc)
+            found = find(exc, kind)
             if found is not None:
                 return found
     return None
 
 
+def stall_violation(exc: BaseException, seconds: float, *, spun: bool) -> Violation:
+    """The failure for a call that never returned (``spun=False``) or never yielded."""
+    line, call = stalled_call(exc)
+    did = f"`{line}`, in the clause's check" if line else "ran the clause's check"
+    who = f"the store call {call}" if call else "a call into the store"
+    if spun:
+        return Violation(
+            did,
+            f"every store call to return, or at least yield to the event loop, within {seconds:g}s",
+            f"{who} ran past {seconds:g}s without ever yielding to the event loop",
+            "a call that spins without awaiting freezes every task of the loop's process; "
+            "no timeout or cancellation can reach it",
+            hint=SPIN_HINT,
+        )
+    return Violation(
+        did,
+        f"it to finish within {seconds:g}s",
+        f"it was still running: {who} never returned",
+        "a store call that hangs stalls the loop's run forever",
+        hint=HANG_HINT,
+    )
+
+
 async def run_check(
     clause: Clause, harness: Harness, *, clause_timeout: float = CLAUSE_TIMEOUT
 ) -> None:
-    """Run ``clause``'s check once.
+    """Run ``clause``'s check once, ended after ``clause_timeout`` even if the store spins.
+
+    The harness's ``cleanup`` runs afterwards, whatever happened (cancellation included).
 
     Raises:
-        ClauseFailed: the store broke the clause, or hung past ``clause_timeout``.
+        ClauseFailed: the store broke the clause, hung or spun past ``clause_timeout``,
+            or the harness's cleanup failed.
         Exception: whatever the store raised unexpectedly, with a note naming the clause.
     """
     try:
-        with trio.fail_after(clause_timeout):
-            try:
-                await clause.check(harness)
-            except BaseExceptionGroup as group:
-                violation = _find_violation(group)
-                if violation is None:
-                    raise
-                raise violation from None
-    except Violation as violation:
-        raise ClauseFailed(format_violation(clause, violation)) from None
-    except trio.TooSlowError:
+        await _check(clause, harness, clause_timeout)
+    except ClauseFailed as failed:
+        problem = await run_cleanup(harness)
+        if problem is None:
+            raise
+        raise ClauseFailed(f"{failed}\n  also:     {problem}") from None
+    except BaseException as exc:
+        problem = await run_cleanup(harness)
+        if problem is not None:
+            exc.add_note(f"[{clause.id}] also: {problem}")
+        raise
+    problem = await run_cleanup(harness)
+    if problem is not None:
         raise ClauseFailed(
             format_violation(
                 clause,
                 Violation(
-                    "ran the clause's check",
-                    f"it to finish within {clause_timeout:g}s",
-                    "it was still running: a call into the store never returned",
-                    "a store call that hangs stalls the loop's run forever",
+                    "ran the clause's check (it passed), then the harness's cleanup()",
+                    "cleanup() to finish",
+                    problem,
+                    "a cleanup that fails leaves every clause's stores behind in the backend",
                 ),
             )
-        ) from None
+        )
+
+
+async def _check(clause: Clause, harness: Harness, clause_timeout: float) -> None:
+    try:
+        with watched(clause_timeout):
+            try:
+                await clause.check(harness)
+            except BaseExceptionGroup as group:
+                found = find(group, Violation) or find(group, StoreSpun)
+                if found is None:
+                    raise
+                raise found from None
+    except Violation as violation:
+        raise ClauseFailed(format_violation(clause, violation)) from None
+    except StoreSpun as spun:
+        stalled = stall_violation(spun, clause_timeout, spun=True)
+        raise ClauseFailed(format_violation(clause, stalled)) from None
+    except trio.TooSlowError as slow:
+        stuck = slow.__context__ if slow.__context__ is not None else slow
+        hung = stall_violation(stuck, clause_timeout, spun=False)
+        raise ClauseFailed(format_violation(clause, hung)) from None
     except Exception as exc:
         exc.add_note(f"[{clause.id}] the store raised unexpectedly while checking: {clause.title}")
         raise

@@ -11,7 +11,8 @@ import trio
 
 from agentloop import RunStep, SessionStore, StepStore, SupportsAclose
 from agentlooptest._clause import CAPABILITIES, REOPEN, Clause, Violation
-from agentlooptest._run_clause import CLAUSE_TIMEOUT
+from agentlooptest._run_clause import CLAUSE_TIMEOUT, find, stall_violation
+from agentlooptest._stall import StoreSpun, watched
 
 if TYPE_CHECKING:
     from agentlooptest._harness import Harness, StoreFactory
@@ -21,18 +22,22 @@ CLOSE_TIMEOUT = 30.0
 
 
 class Steps:
-    """A step store under test, with ``append`` calling ``ensure_session`` first when needed."""
+    """A step store under test, with ``append`` calling ``ensure_session`` first, every time.
+
+    Every append of a clause goes through :meth:`append` (or, for a call that
+    is cancelled or raced on purpose, follows :meth:`ensure` for its id), so a
+    store whose steps need a session row gets one again after a
+    ``delete_session`` removed it (a foreign key with cascading delete).
+    """
 
     def __init__(self, harness: Harness, store: Any) -> None:
         self.harness = harness
         self.store = store
-        self._ready: set[str] = set()
 
     async def ensure(self, session_id: str) -> None:
-        """Run the harness's ``ensure_session`` once for ``session_id``."""
-        if self.harness.ensure_session is not None and session_id not in self._ready:
+        """Run the harness's ``ensure_session`` for ``session_id`` (it is idempotent)."""
+        if self.harness.ensure_session is not None:
             await self.harness.ensure_session(self.store, session_id)
-        self._ready.add(session_id)
 
     async def append(self, step: RunStep) -> None:
         """Append ``step`` after making its session legal."""
@@ -131,8 +136,9 @@ async def probe(
         Violation: the factory returned something that is not the protocol, is
             not async, or did not return (or the store did not close) in time.
     """
+    what = "new_step_store" if protocol == "step" else "new_session_store"
     try:
-        with trio.fail_after(clause_timeout):
+        with watched(clause_timeout):
             if protocol == "step":
                 async with open_steps(harness) as steps:
                     store = steps.store
@@ -140,11 +146,29 @@ async def probe(
             async with open_sessions(harness) as store:
                 return frozenset(n for n, p in CAPABILITIES.items() if isinstance(store, p))
     except trio.TooSlowError:
-        what = "new_step_store" if protocol == "step" else "new_session_store"
         raise Violation(
             f"called the harness's {what} factory to open a store",
             f"a store within {clause_timeout:g}s",
             "it was still running: the factory never returned (a database it waits for?)",
+            "every clause opens a store this way; none of them can run",
+        ) from None
+    except StoreSpun as spun:
+        stalled = stall_violation(spun, clause_timeout, spun=True)
+        raise Violation(
+            f"called the harness's {what} factory to open (and close) a store",
+            stalled.expected,
+            stalled.got,
+            "every clause opens a store this way; none of them can run",
+            hint=stalled.hint,
+        ) from None
+    except BaseExceptionGroup as group:  # a factory's own nursery
+        found = find(group, StoreSpun)
+        if found is None:
+            raise
+        raise Violation(
+            f"called the harness's {what} factory to open (and close) a store",
+            f"a store within {clause_timeout:g}s",
+            stall_violation(found, clause_timeout, spun=True).got,
             "every clause opens a store this way; none of them can run",
         ) from None
 
@@ -161,6 +185,8 @@ def skip_reason(clause: Clause, harness: Harness, capabilities: frozenset[str]) 
         return None
     if clause.capability == "combined" and "combined" not in capabilities:
         return "the session store is not also a StepStore: the one-object clauses do not apply"
+    if clause.capability == "lease" and "lease" not in capabilities:
+        return "the store has no leases (agentloop.SupportsLease): optional capability"
     if clause.capability is not None and clause.capability not in capabilities:
         proto = CAPABILITIES[clause.capability].__name__
         return f"the store has no {clause.capability}() (agentloop.{proto}): optional capability"

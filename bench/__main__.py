@@ -14,7 +14,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from bench import loop, mem, peers, sql
+from bench import batches, loop, mem, peers, sql
 from bench._peers_load import missing_message
 from bench._report import Row, render
 
@@ -22,6 +22,7 @@ SECTIONS: dict[str, Callable[[], list[Row]]] = {
     "mem": mem.rows,
     "loop": loop.rows,
     "sql": sql.rows,
+    "batches": batches.rows,
 }
 
 

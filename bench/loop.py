@@ -2,18 +2,29 @@
 
 The model is a :class:`ScriptedModel` that answers instantly and the stores are
 ``agentloopmem``, so what is measured is the loop itself: building requests,
-recording steps, replaying history, finalizing. The floor calls the same model
-the same number of times and appends each reply to a list.
+recording steps, replaying history, finalizing, holding the session's lease.
+The floor calls the same model the same number of times and appends each reply
+to a list.
+
+The lease rows time ten-step runs (four tool calls and the response) holding
+the session's lease against the same runs on the same store with its lease
+capability hidden (so the loop writes unfenced and takes no lease), on
+``agentloopmem``, a SQLite file and (with ``AGENTLOOP_PG_DSN``) PostgreSQL.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
+import statistics
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
 
+import agentloopmem
 from agentloop import (
     Loop,
     LoopConfig,
@@ -21,11 +32,15 @@ from agentloop import (
     ModelReply,
     ModelRequest,
     ScriptedModel,
+    SessionStore,
+    StepStore,
+    SupportsLease,
     Tool,
     ToolCall,
     ToolContext,
 )
-from bench._report import Row, best_of
+from agentloopsql import PostgresStore, SqliteStore
+from bench._report import Row, SpreadRow, best_of
 
 RUNS = 400
 REPEATS = 5
@@ -96,9 +111,123 @@ def _row(name: str, calls_per_run: int, sessions: int, limit: float) -> Row:
 
 
 def rows() -> list[Row]:
-    """Loop overhead per iteration: one call per run, ten per run, and with a full history."""
+    """Loop overhead per iteration (one call per run, ten per run, with a full history),
+    then the cost of a leased run against an unleased one on each store."""
     return [
         _row("loop: 1 model call/run, new sessions", 1, RUNS, 60),
         _row("loop: 10 model calls/run, new sessions", 10, RUNS, 40),
         _row("loop: 10 model calls/run, 80-step history", 10, 1, 60),
+        *lease_rows(),
     ]
+
+
+# -- leased vs unleased runs --------------------------------------------------------------
+
+LEASE_RUNS = 20  # per sample on the SQL stores; ten times as many in memory, where runs are short
+LEASE_ROUNDS = 7
+LEASE_CALLS = 5  # four tool calls and the response: ten steps per run
+# A lease costs a run a fixed amount: acquire and release (two more commits on the
+# SQL stores) and registering with the renewal task. At most half again, per store.
+LEASE_TARGETS = {"memory": 1.5, "sqlite": 1.5, "postgres": 1.5}
+
+
+class _UnleasedSessions(agentloopmem.SessionStore):
+    """The in-memory session store with its lease capability hidden (``SupportsLease`` fails)."""
+
+    acquire_lease = None  # type: ignore[assignment]
+
+
+class _UnleasedSqlite(SqliteStore):
+    """A ``SqliteStore`` the loop sees without leases."""
+
+    acquire_lease = None  # type: ignore[assignment]
+
+
+class _UnleasedPostgres(PostgresStore):
+    """A ``PostgresStore`` the loop sees without leases."""
+
+    acquire_lease = None  # type: ignore[assignment]
+
+
+Stores = tuple[StepStore, SessionStore]
+
+
+async def _runs_seconds(stores: Stores, prefix: str, runs: int) -> float:
+    """Seconds for ``runs`` ten-step runs, each on a new session."""
+    model = ScriptedModel(_script(runs, LEASE_CALLS))
+    config = LoopConfig(max_iterations=LEASE_CALLS)
+    loop = Loop(model=model, steps=stores[0], sessions=stores[1], tools=[TOOL], config=config)
+    start = time.perf_counter()
+    for run in range(runs):
+        await loop.run(f"{prefix}-{run}", f"question {run}")
+    return time.perf_counter() - start
+
+
+async def _lease_row(name: str, leased: Stores, unleased: Stores) -> Row:
+    """The median of ``LEASE_ROUNDS`` per-round ratios, each round timing both back to back
+    (in alternating order), so a machine that slows down for a while skews no single side."""
+    assert isinstance(leased[1], SupportsLease)
+    assert not isinstance(unleased[1], SupportsLease)
+    runs = LEASE_RUNS * (10 if name == "memory" else 1)
+    ratios: list[float] = []
+    seconds: dict[str, list[float]] = {"leased": [], "unleased": []}
+    for round_ in range(LEASE_ROUNDS):
+        order = [("leased", leased), ("unleased", unleased)]
+        for kind, stores in order if round_ % 2 == 0 else order[::-1]:
+            seconds[kind].append(await _runs_seconds(stores, f"{name}-{kind}-{round_}", runs))
+        ratios.append(seconds["leased"][-1] / seconds["unleased"][-1])
+    per_run = {kind: statistics.median(s) / runs * 1e6 for kind, s in seconds.items()}
+    return SpreadRow(
+        f"loop lease: {name}, 10-step run, leased vs unleased",
+        f"{per_run['leased']:.0f} vs {per_run['unleased']:.0f} us/run (medians)",
+        statistics.median(ratios),
+        LEASE_TARGETS[name],
+        low=min(ratios),
+        high=max(ratios),
+    )
+
+
+async def _memory_lease_row() -> Row:
+    steps, plain_steps = agentloopmem.StepStore(), agentloopmem.StepStore()
+    return await _lease_row(
+        "memory",
+        (steps, agentloopmem.SessionStore(steps=steps)),
+        (plain_steps, _UnleasedSessions()),
+    )
+
+
+async def _sqlite_lease_row(directory: str) -> Row:
+    path = os.path.join(directory, "lease.db")
+    async with await SqliteStore.open(path) as leased, await _UnleasedSqlite.open(path) as plain:
+        return await _lease_row("sqlite", (leased, leased), (plain, plain))
+
+
+async def _postgres_lease_row(dsn: str) -> Row:
+    import psycopg
+    from psycopg import sql
+
+    schema = f"agentloop_bench_{secrets.token_hex(4)}"
+    try:
+        async with (
+            await PostgresStore.open(dsn, schema=schema, pool_size=2) as leased,
+            await _UnleasedPostgres.open(dsn, schema=schema, pool_size=2) as plain,
+        ):
+            return await _lease_row("postgres", (leased, leased), (plain, plain))
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+async def _lease_rows() -> list[Row]:
+    rows = [await _memory_lease_row()]
+    with tempfile.TemporaryDirectory(prefix="agentloop-lease-bench-") as directory:
+        rows.append(await _sqlite_lease_row(directory))
+    dsn = os.environ.get("AGENTLOOP_PG_DSN", "")
+    if dsn:
+        rows.append(await _postgres_lease_row(dsn))
+    return rows
+
+
+def lease_rows() -> list[Row]:
+    """A leased run against an unleased one on each store (PostgreSQL with AGENTLOOP_PG_DSN)."""
+    return trio.run(_lease_rows)

@@ -25,6 +25,7 @@ import trio
 
 from agentloop import RunStep
 from agentloopsql import PostgresStore, SqliteStore
+from agentloopsql._ops import new_key
 from agentloopsql._sqlite import _INSERT_STEP, step_params
 from bench._report import Row
 
@@ -191,21 +192,28 @@ async def _last_n_pair(store: SqliteStore | PostgresStore) -> tuple[float, float
 
 
 def _pg_floor(dsn: str, insert: str, sessions: int, ops: int) -> float:
-    """Raw psycopg: one autocommit connection per session, each in its own thread."""
+    """Raw psycopg: one autocommit connection per session, each in its own thread.
+
+    Every INSERT carries a fresh append key, as the store's do: a repeated key
+    would make each INSERT after the first a no-op (``ON CONFLICT DO NOTHING``)
+    that writes and flushes nothing, a floor no store that stores rows can meet.
+    """
     import psycopg
 
     conns = [psycopg.connect(dsn, autocommit=True) for _ in range(sessions)]
     params = [
-        (f"floor-{n}", 0, "tool_result", "x" * 200, None, '{"k": 1}', 0, 0, 0, datetime.now(UTC), 1)
+        [f"floor-{n}", 0, "tool_result", "x" * 200, None, '{"k": 1}', 0, 0, 0, datetime.now(UTC), 1]
         for n in range(sessions)
     ]
     for conn, p in zip(conns, params, strict=True):
+        p[-1] = new_key()
         conn.execute(insert, p)  # connect and warm up before the clock starts
     barrier = threading.Barrier(sessions + 1)
 
-    def worker(conn: Any, p: tuple[object, ...]) -> None:
+    def worker(conn: Any, p: list[object]) -> None:
         barrier.wait()
         for _ in range(ops):
+            p[-1] = new_key()
             conn.execute(insert, p)
 
     threads = [
@@ -263,10 +271,9 @@ async def _postgres_rows(dsn: str) -> list[Row]:
             rows.append(
                 Row(
                     f"postgres appends/s, {sessions} session{'s' if sessions > 1 else ''}",
-                    f"vs raw psycopg, same INSERT ({ours:.0f} vs {floor:.0f}/s)"
-                    + ("" if sessions > 1 else ", info only"),
+                    f"vs raw psycopg, same INSERT ({ours:.0f} vs {floor:.0f}/s)",
                     ours / floor,
-                    0.7 if sessions > 1 else 0.0,
+                    0.7 if sessions > 1 else 0.8,
                     at_least=True,
                 )
             )

@@ -10,6 +10,7 @@ import trio
 import agentloopmem
 from agentloop import (
     FinalizeSummary,
+    Lease,
     ModelReply,
     ModelRequest,
     RunStep,
@@ -37,6 +38,19 @@ class SlowModel:
         return ModelReply(content=f"echo: {request.messages[-1].content}")
 
 
+class UnfencedWrites(agentloopmem.SessionStore):
+    """A session store whose overridden write methods a leased run must still call.
+
+    ``agentloopmem``'s fenced views write under the store's own lock, past any
+    override of ``update_data``/``finalize``; these test stores inject faults
+    through such overrides, so their "fenced view" is the store itself
+    (leases are still acquired, renewed and released; writes are not fenced).
+    """
+
+    def fenced(self, lease: Lease) -> UnfencedWrites:  # type: ignore[override]
+        return self
+
+
 class FailingSteps(agentloopmem.StepStore):
     """Appends normally until ``fail_at`` appends have succeeded, then raises."""
 
@@ -59,7 +73,7 @@ class FailingGet(agentloopmem.SessionStore):
         raise StoreUnavailableError("database unreachable")
 
 
-class SlowFinalize(agentloopmem.SessionStore):
+class SlowFinalize(UnfencedWrites):
     """``finalize`` sleeps ``delay`` seconds first (forever by default)."""
 
     def __init__(self, delay: float = math.inf) -> None:
@@ -93,7 +107,7 @@ class SlowGet(agentloopmem.SessionStore):
         raise AssertionError("unreachable")
 
 
-class CountingSessions(agentloopmem.SessionStore):
+class CountingSessions(UnfencedWrites):
     """Counts ``finalize`` calls per session."""
 
     def __init__(self) -> None:

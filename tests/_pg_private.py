@@ -175,23 +175,29 @@ def private_server(*, max_connections: int, password: str) -> Iterator[int]:
         _as_postgres([postgres, *options]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
-        _wait_listening(port, server)
+        _wait_ready(port, server, password)
         yield port
     finally:
         _stop(server, data)
         shutil.rmtree(home, ignore_errors=True)
 
 
-def _wait_listening(port: int, server: subprocess.Popen[bytes]) -> None:
+def _wait_ready(port: int, server: subprocess.Popen[bytes], password: str) -> None:
+    """Wait until the server accepts a login: listening is not enough while it starts up."""
+    import psycopg
+
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if server.poll() is not None:
             raise RuntimeError(f"private PostgreSQL exited with {server.returncode}")
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError("private PostgreSQL did not start within 30 s")
+        try:
+            psycopg.connect(
+                host="127.0.0.1", port=port, user="postgres", password=password, dbname="postgres"
+            ).close()
+            return
+        except psycopg.OperationalError:
+            time.sleep(0.05)
+    raise RuntimeError("private PostgreSQL did not accept a login within 30 s")
 
 
 def _stop(server: subprocess.Popen[bytes], data: str) -> None:

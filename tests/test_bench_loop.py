@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from bench import __main__ as bench_main
@@ -9,10 +11,15 @@ from bench import loop
 
 
 def test_loop_section_reports_rows(monkeypatch: pytest.MonkeyPatch) -> None:
-    """bench.loop.rows() measures three positive ratios and is registered as 'loop'."""
+    """bench.loop.rows() measures the overhead ratios and a leased vs unleased run per store."""
     monkeypatch.setattr(loop, "RUNS", 3)
     monkeypatch.setattr(loop, "REPEATS", 1)
+    monkeypatch.setattr(loop, "LEASE_RUNS", 2)
+    monkeypatch.setattr(loop, "LEASE_ROUNDS", 2)
     rows = loop.rows()
-    assert len(rows) == 3
-    assert all(row.ratio > 0 and "us/iteration" in row.detail for row in rows)
+    overhead, lease = rows[:3], rows[3:]
+    assert all(row.ratio > 0 and "us/iteration" in row.detail for row in overhead)
+    stores = ["memory", "sqlite"] + (["postgres"] if os.environ.get("AGENTLOOP_PG_DSN") else [])
+    assert [row.name.split(",")[0] for row in lease] == [f"loop lease: {s}" for s in stores]
+    assert all(row.ratio > 0 and row.detail.endswith(" us/run (medians)") for row in lease)
     assert bench_main.SECTIONS["loop"] is loop.rows

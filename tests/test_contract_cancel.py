@@ -69,4 +69,6 @@ async def test_a_hung_store_fails_as_hung() -> None:
     )
     [result] = report.results
     assert result.outcome == "failed"
-    assert "a call into the store never returned" in result.message
+    assert "the store call _Hangs.append (test_contract_cancel.py:" in result.message
+    assert "never returned" in result.message
+    assert "`await s.append_all(sent)`, in the clause's check" in result.message

@@ -69,7 +69,7 @@ def test_builtin_stores_certified(
     assert out.count("\nCERTIFIED (") == 2
     for c in CLAUSES:
         assert c.id in out
-    assert "conformance level: step: base + all, delete_session, aclose" in out
+    assert "conformance level: step: base + all, append_many, delete_session, aclose" in out
     assert "\nCERTIFIED (" in out
     assert "FAIL" not in out
 
@@ -280,3 +280,36 @@ def test_target_import_failures_are_one_line(
     assert err.startswith("agentlooptest: cannot import 'cli_bad_import'")
     assert err.rstrip("\n").endswith(shown)
     assert err.count("\n") == 1
+
+
+def test_json_is_one_shape_with_report_to_dict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--json: a version, and per target exactly Report.to_dict() plus its target name."""
+    import trio
+
+    from agentlooptest import certify, memory_harness
+
+    out = tmp_path / "r.json"
+    assert (
+        main(["certify", "agentlooptest:memory_harness", "-k", "step.window", "--json", str(out)])
+        == 0
+    )
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert doc["version"] == 1
+    [entry] = doc["targets"]
+    assert entry.pop("target") == "agentlooptest:memory_harness"
+    report = trio.run(lambda: certify(memory_harness(), pattern="step.window")).to_dict()
+    assert set(entry) == set(report)
+    assert entry["version"] == report["version"] == 1
+    assert [r["id"] for r in entry["results"]] == [r["id"] for r in report["results"]]
+    assert set(entry["results"][0]) == {
+        "id",
+        "title",
+        "protocol",
+        "capability",
+        "outcome",
+        "message",
+        "duration",
+    }
+    capsys.readouterr()

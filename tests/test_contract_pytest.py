@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -59,6 +60,7 @@ def _pytest(tmp_path: Path, body: str, *args: str) -> subprocess.CompletedProces
         text=True,
         check=False,
         cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
     )
 
 
@@ -120,7 +122,7 @@ def test_session_clauses_skip_without_a_session_factory(tmp_path: Path) -> None:
 
 
 def test_async_harness_fixture_is_refused_clearly(tmp_path: Path) -> None:
-    """An async `harness` fixture gets a message saying to make it a plain fixture."""
+    """An async `harness` fixture is refused, naming the fixture, before any clause runs."""
     run = _pytest(
         tmp_path,
         """
@@ -133,7 +135,8 @@ def test_async_harness_fixture_is_refused_clearly(tmp_path: Path) -> None:
         "oldest_first",
     )
     assert run.returncode == 1
-    assert "must be a plain (not async) fixture" in run.stdout
+    # The clause tests are plain functions, so pytest itself refuses the async fixture.
+    assert "requested an async fixture 'harness'" in run.stdout
 
 
 def test_missing_harness_fixture_is_explained(tmp_path: Path) -> None:
@@ -170,3 +173,44 @@ def _config(has_asyncio: bool, option: Any = None, ini: Any = None) -> Any:
 def test_asyncio_auto_mode_detection(config: Any, auto: bool) -> None:
     """pytest-asyncio's auto mode is detected from its option or ini setting."""
     assert asyncio_auto_mode(config) is auto
+
+
+def test_a_failure_is_the_clause_text_without_library_frames(tmp_path: Path) -> None:
+    """pytest shows did/expected/got/why as the failure: no exception group, no frames."""
+    run = _pytest(
+        tmp_path,
+        """
+        class TestBackwards(StepStoreContract):
+            @pytest.fixture
+            def harness(self):
+                return Harness(new_step_store=new_backwards)
+        """,
+        "-k",
+        "oldest_first",
+    )
+    assert run.returncode == 1, run.stdout
+    assert "ExceptionGroup" not in run.stdout
+    assert "Traceback" not in run.stdout
+    assert "agentlooptest/_" not in run.stdout  # no library frame
+    assert "  expected: " in run.stdout
+
+
+def test_a_broken_factory_is_told_once(tmp_path: Path) -> None:
+    """A factory that raises is explained in full in one test; the others refer to it."""
+    run = _pytest(
+        tmp_path,
+        """
+        async def broken():
+            raise ConnectionRefusedError("no server at 127.0.0.1:1")
+
+        class TestBroken(StepStoreContract):
+            @pytest.fixture
+            def harness(self):
+                return Harness(new_step_store=broken)
+        """,
+        "-k",
+        "step_order",
+    )
+    assert run.returncode == 1, run.stdout
+    assert run.stdout.count("Traceback (most recent call last)") == 1
+    assert run.stdout.count("(test_step_order_oldest_first says why)") == 3

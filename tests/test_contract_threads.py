@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import pytest
 import trio
-from broken._good import GoodBoth
+from broken.leases import Leased
 
 from agentlooptest import Harness, certify
 
@@ -54,11 +54,14 @@ _backend: list[_Backend] = []
 
 
 class Threaded:
-    """Every call runs the reference store's logic in a worker thread, two hops per write."""
+    """Every call runs the reference store's logic in a worker thread, two hops per write.
 
-    def __init__(self) -> None:
-        self._inner = GoodBoth()
-        self._lock = threading.Lock()
+    ``inner`` and ``lock`` are given for a fenced view, which shares its store's lock.
+    """
+
+    def __init__(self, inner: Any = None, lock: threading.Lock | None = None) -> None:
+        self._inner = inner if inner is not None else Leased()
+        self._lock = lock if lock is not None else threading.Lock()
 
     def _sync(self, name: str, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
@@ -114,6 +117,38 @@ class Threaded:
     async def delete_session(self, session_id: str) -> Any:
         """See GoodBoth."""
         return await self._call("delete_session", session_id)
+
+    async def append_many(self, steps: Any) -> None:
+        """See GoodBoth."""
+        await self._call("append_many", steps)
+
+    async def get_many(self, session_ids: Any) -> Any:
+        """See GoodBoth."""
+        return await self._call("get_many", session_ids)
+
+    async def revision(self, session_id: str) -> Any:
+        """See GoodBoth."""
+        return await self._call("revision", session_id)
+
+    async def update_data_if(self, session_id: str, snapshot: Any, revision: Any) -> Any:
+        """See GoodBoth."""
+        return await self._call("update_data_if", session_id, snapshot, revision)
+
+    async def acquire_lease(self, session_id: str, owner: str, ttl: Any) -> Any:
+        """See Leased."""
+        return await self._call("acquire_lease", session_id, owner, ttl)
+
+    async def renew_lease(self, lease: Any, ttl: Any) -> Any:
+        """See Leased."""
+        return await self._call("renew_lease", lease, ttl)
+
+    async def release_lease(self, lease: Any) -> None:
+        """See Leased."""
+        await self._call("release_lease", lease)
+
+    def fenced(self, lease: Any) -> Threaded:
+        """See Leased: the view's fence check and write run together in the worker thread."""
+        return Threaded(self._inner.fenced(lease), self._lock)
 
     async def aclose(self) -> None:
         """See GoodBoth."""

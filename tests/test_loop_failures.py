@@ -15,6 +15,7 @@ from _loop_helpers import (
     SlowGet,
     SlowLastN,
     SlowModel,
+    UnfencedWrites,
     call,
 )
 
@@ -493,7 +494,7 @@ class TestStoreFailures:
     async def test_update_data_failure(self) -> None:
         """A failing update_data is a StoreError naming it, and the run is finalized as error."""
 
-        class NoData(agentloopmem.SessionStore):
+        class NoData(UnfencedWrites):
             async def update_data(self, session_id: str, snapshot: str | None) -> None:
                 raise StoreUnavailableError("read-only replica")
 
@@ -512,7 +513,7 @@ class TestStoreFailures:
     async def test_failing_finalize_raises_store_error(self) -> None:
         """A finalize that fails is a StoreError naming finalize."""
 
-        class NoFinalize(agentloopmem.SessionStore):
+        class NoFinalize(UnfencedWrites):
             async def finalize(self, session_id: str, summary: object) -> None:  # type: ignore[override]
                 raise StoreUnavailableError("gone")
 

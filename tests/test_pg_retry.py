@@ -180,6 +180,7 @@ def _make_version_2_with_duplicates(dsn: str, schema: str) -> None:
             key,
         )
     raw(dsn, f"DROP TABLE {s}.leases")
+    raw(dsn, f"DROP TABLE {s}.revision_floors")
     raw(dsn, f"UPDATE {s}.schema_version SET version = 2")
 
 

@@ -192,6 +192,7 @@ class TestOpen:
             raw(dsn, f'DROP TABLE "{schema}".finalize_keys')
             raw(dsn, f'DROP INDEX "{schema}".steps_append_once')
             raw(dsn, f'DROP TABLE "{schema}".leases')
+            raw(dsn, f'DROP TABLE "{schema}".revision_floors')
             raw(dsn, f'UPDATE "{schema}".schema_version SET version = 1')
             async with await PostgresStore.open(dsn, schema=schema, pool_size=1) as pg:
                 version = raw(dsn, f'SELECT version FROM "{schema}".schema_version')

@@ -38,6 +38,7 @@ FAMILIES: tuple[str, ...] = (
     "step_all",
     "step_delete",
     "step_durable",
+    "step_append_many",
     "step_model_based",
     "session_get",
     "session_write",
@@ -55,7 +56,12 @@ FAMILIES: tuple[str, ...] = (
     "session_list",
     "session_delete",
     "session_durable",
+    "session_get_many",
+    "session_revision",
     "session_combined",
+    "session_lease",
+    "session_lease_calls",
+    "session_fenced",
     "session_model_based",
 )
 """Every clause module, in the order their clauses run and are listed.

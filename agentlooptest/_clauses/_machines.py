@@ -30,6 +30,8 @@ from hypothesis.stateful import (
 
 from agentloop import FinalizeSummary, RunStatus, RunStep, Session, StepType
 from agentlooptest._clause import Violation
+from agentlooptest._clauses import _program
+from agentlooptest._clauses._program import Diverged, call, diverged
 from agentlooptest._data import T0, describe, json_equal, mismatch, same_steps
 from agentlooptest._stores import Steps, aclose_quietly
 
@@ -66,8 +68,8 @@ SUMMARIES = st.builds(
 )
 
 
-def _call(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-    """Await ``fn(*args)`` on the trio thread that started the machine."""
+def _open(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """Await ``fn(*args)`` on the trio thread (opening, closing: not part of the program)."""
     return trio.from_thread.run(fn, *args)
 
 
@@ -80,13 +82,14 @@ class StepMachine(RuleBasedStateMachine):
         super().__init__()
         factory = self.harness.new_step_store
         assert factory is not None
-        self.steps = Steps(self.harness, _call(factory))
+        self.steps = Steps(self.harness, _open(factory))
+        _program.start()
         self.model: dict[str, list[RunStep]] = {}
         self.counter = 0
 
     def teardown(self) -> None:
         """Close the example's store."""
-        _call(aclose_quietly, self.steps.store)
+        _open(aclose_quietly, self.steps.store)
 
     @rule(
         sid=STEP_IDS,
@@ -102,7 +105,7 @@ class StepMachine(RuleBasedStateMachine):
         args = json.dumps({"n": self.counter, "note": None if self.counter % 2 else "x"})
         at = T0 + timedelta(seconds=skew)
         s = RunStep(sid, index, kind, text, args, created_at=at)
-        _call(self.steps.append, s)
+        call(self.steps.append, s)
         self.model.setdefault(sid, []).append(s)
 
     @rule(sid=STEP_IDS, count=st.integers(2, 6))
@@ -114,10 +117,10 @@ class StepMachine(RuleBasedStateMachine):
     @rule(sid=STEP_IDS, n=st.integers(1, 10))
     def last_n(self, sid: str, n: int) -> None:
         """The store's window equals the model's."""
-        got = _call(self.steps.last_n, sid, n)
+        got = call(self.steps.last_n, sid, n)
         want = self.model.get(sid, [])[-n:]
-        assert same_steps(want, got), (
-            f"last_n({sid!r}, {n}) returned {mismatch(want, got)}; the model says {describe(want)}"
+        diverged(
+            same_steps(want, got), f"last_n({sid!r}, {n})", mismatch(want, got), describe(want)
         )
 
     @rule(sid=STEP_IDS, delta=st.integers(-5, 2))
@@ -129,11 +132,9 @@ class StepMachine(RuleBasedStateMachine):
     @rule(sid=STEP_IDS)
     def all(self, sid: str) -> None:
         """The whole trace equals the model's."""
-        got = _call(self.steps.store.all, sid)
+        got = call(self.steps.store.all, sid)
         want = self.model.get(sid, [])
-        assert same_steps(want, got), (
-            f"all({sid!r}) returned {mismatch(want, got)}; model {describe(want)}"
-        )
+        diverged(same_steps(want, got), f"all({sid!r})", mismatch(want, got), describe(want))
 
     @precondition(lambda self: hasattr(self.steps.store, "delete_session"))
     @rule(sid=STEP_IDS, chance=st.integers(0, 3))
@@ -141,9 +142,9 @@ class StepMachine(RuleBasedStateMachine):
         """Deleting answers whether steps existed and empties the session (now and then)."""
         if chance:  # rarer than the other rules, so histories grow long enough to matter
             return
-        got = _call(self.steps.store.delete_session, sid)
+        got = call(self.steps.store.delete_session, sid)
         want = bool(self.model.pop(sid, []))
-        assert got is want, f"delete_session({sid!r}) returned {got!r}; the model says {want!r}"
+        diverged(got is want, f"delete_session({sid!r})", got, want)
 
 
 class SessionMachine(RuleBasedStateMachine):
@@ -155,7 +156,8 @@ class SessionMachine(RuleBasedStateMachine):
         super().__init__()
         factory = self.harness.new_session_store
         assert factory is not None
-        self.store: Any = _call(factory)
+        self.store: Any = _open(factory)
+        _program.start()
         self.sessions: dict[str, Session] = {}
         self.finals: dict[str, FinalizeSummary] = {}
         self.totals: dict[str, int] = {}
@@ -163,7 +165,7 @@ class SessionMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         """Close the example's store."""
-        _call(aclose_quietly, self.store)
+        _open(aclose_quietly, self.store)
 
     def _wrote(self, sid: str) -> Session:
         if sid in self.recency:
@@ -174,7 +176,7 @@ class SessionMachine(RuleBasedStateMachine):
     @rule(sid=IDS, doc=DOCS)
     def update_data(self, sid: str, doc: str | None) -> None:
         """Replace the data."""
-        _call(self.store.update_data, sid, doc)
+        call(self.store.update_data, sid, doc)
         old = self._wrote(sid)
         self.sessions[sid] = Session(sid, old.model, old.system_prompt, doc)
 
@@ -182,15 +184,15 @@ class SessionMachine(RuleBasedStateMachine):
     def update_data_invalid(self, sid: str, doc: str) -> None:
         """Non-JSON is refused with ValueError and changes nothing."""
         try:
-            _call(self.store.update_data, sid, doc)
+            call(self.store.update_data, sid, doc)
         except ValueError:
             return
-        raise AssertionError(f"update_data({sid!r}, {doc!r}) did not raise ValueError")
+        raise Diverged(f"update_data({sid!r}, {doc!r})", "no error", "ValueError")
 
     @rule(sid=IDS, summary=SUMMARIES)
     def finalize(self, sid: str, summary: FinalizeSummary) -> None:
         """Record a run's end."""
-        _call(self.store.finalize, sid, summary)
+        call(self.store.finalize, sid, summary)
         self._wrote(sid)
         self.finals[sid] = summary
         self.totals[sid] = self.totals.get(sid, 0) + summary.step_count
@@ -200,49 +202,47 @@ class SessionMachine(RuleBasedStateMachine):
     def put(self, sid: str, model: str, prompt: str, doc: str | None) -> None:
         """Seed the whole session."""
         session = Session(sid, model, prompt, doc)
-        _call(self.store.put, session)
+        call(self.store.put, session)
         self._wrote(sid)
         self.sessions[sid] = session
 
     @rule(sid=IDS)
     def get(self, sid: str) -> None:
         """get equals the model's session (a fresh one when unknown)."""
-        got = _call(self.store.get, sid)
+        got = call(self.store.get, sid)
         want = self.sessions.get(sid, Session(sid))
         same = (
             isinstance(got, Session)
             and (got.id, got.model, got.system_prompt) == (want.id, want.model, want.system_prompt)
             and json_equal(want.data, got.data)
         )
-        assert same, f"get({sid!r}) returned {got!r}; the model says {want!r}"
+        diverged(same, f"get({sid!r})", got, want)
 
     @rule(sid=IDS)
     def exists(self, sid: str) -> None:
         """exists equals the model's."""
-        got = _call(self.store.exists, sid)
-        assert got is (sid in self.sessions), (
-            f"exists({sid!r}) returned {got!r}; the model says {sid in self.sessions!r}"
-        )
+        got = call(self.store.exists, sid)
+        diverged(got is (sid in self.sessions), f"exists({sid!r})", got, sid in self.sessions)
 
     @precondition(lambda self: hasattr(self.store, "final"))
     @rule(sid=IDS)
     def final(self, sid: str) -> None:
         """final equals the latest summary."""
-        got = _call(self.store.final, sid)
+        got = call(self.store.final, sid)
         want = self.finals.get(sid)
-        assert got == want, f"final({sid!r}) returned {got!r}; the model says {want!r}"
+        diverged(got == want, f"final({sid!r})", got, want)
 
     @precondition(lambda self: hasattr(self.store, "delete_session"))
     @rule(sid=IDS)
     def delete_session(self, sid: str) -> None:
         """Deleting forgets everything about the session."""
-        got = _call(self.store.delete_session, sid)
+        got = call(self.store.delete_session, sid)
         want = self.sessions.pop(sid, None) is not None
         self.finals.pop(sid, None)
         self.totals.pop(sid, None)
         if sid in self.recency:
             self.recency.remove(sid)
-        assert got is want, f"delete_session({sid!r}) returned {got!r}; the model says {want!r}"
+        diverged(got is want, f"delete_session({sid!r})", got, want)
 
     @invariant()
     def listing(self) -> None:
@@ -251,13 +251,13 @@ class SessionMachine(RuleBasedStateMachine):
             return
         got = [
             (i.id, i.status, i.step_count)
-            for i in _call(partial(self.store.list_sessions, limit=50))
+            for i in call(partial(self.store.list_sessions, limit=50))
         ]
         want = [
             (sid, self.finals[sid].status if sid in self.finals else None, self.totals.get(sid, 0))
             for sid in self.recency
         ]
-        assert got == want, f"list_sessions() returned {got!r}; the model says {want!r}"
+        diverged(got == want, "list_sessions(limit=50) as (id, status, step_count)", got, want)
 
 
 SHRINK_SECONDS = 15
@@ -281,23 +281,25 @@ def _shrink_budget() -> Iterator[None]:
 
 
 def run_machine(machine: type[RuleBasedStateMachine], harness: Harness) -> None:
-    """Run the machine (in a worker thread); a failure becomes a Violation with the program."""
+    """Run the machine (in a worker thread); a failure becomes a Violation with the program.
+
+    The program is the shrunk failing one, as a numbered list of store calls
+    ending at the first result that differs from the model.
+    """
     bound = type(machine.__name__, (machine,), {"harness": harness})
     lines: list[str] = []
     try:
         with with_reporter(lambda text: lines.append(str(text))), _shrink_budget():
             run_state_machine_as_test(bound, settings=SETTINGS)
-    except AssertionError as exc:
-        notes = [*lines, *getattr(exc, "__notes__", [])]
-        program = "\n".join(f"            {n}" for n in "\n".join(notes).splitlines())
+    except Diverged as exc:
+        program = _program.numbered().replace("\n", "\n              ")
         raise Violation(
-            "ran random programs of calls against the store and a model side by side",
-            "every result to equal the model's",
-            f"{exc}\n          shrunk program:\n{program}",
+            "ran random programs of calls against the store and a model side by side; "
+            f"the shortest failing one, call by call:\n              {program}",
+            f"{exc.call} to return what the model says: {exc.want}",
+            exc.got,
         ) from None
     except Exception as exc:  # the store raised: keep its traceback, add the program
-        known = set(getattr(exc, "__notes__", []))
-        for line in lines:
-            if line not in known:
-                exc.add_note(line)
+        exc.add_note("the shortest failing program, call by call (the last one raised):")
+        exc.add_note(_program.numbered(last_is_failing=False))
         raise

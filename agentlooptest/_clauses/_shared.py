@@ -52,3 +52,16 @@ def same_session(want: Session, got: object) -> bool:
         and (got.id, got.model, got.system_prompt) == (want.id, want.model, want.system_prompt)
         and json_equal(want.data, got.data)
     )
+
+
+LONG_IDS = ("x" * 300 + "1", "x" * 300 + "2", "é" * 511 + "a", "é" * 511 + "b", "é" * 512)
+"""Ids past 255 and 512 characters that differ only at the end, up to the 1,024-byte maximum."""
+
+LONG_HINT = "an id column or index key cut at a fixed length (VARCHAR(255), a key prefix)"
+
+
+def short_id(sid: str) -> str:
+    """A long id shown as its start, length and end."""
+    if len(sid) <= 40:
+        return repr(sid)
+    return f"{sid[:6]!r}...<{len(sid)} chars>...{sid[-4:]!r}"

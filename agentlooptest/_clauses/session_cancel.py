@@ -18,21 +18,55 @@ if TYPE_CHECKING:
     from agentlooptest._harness import Harness
 
 
+Rule = dict[str, Any]
+"""A session as the rules say it must be: exists, model, prompt, data, final, status, total."""
+
+NEW: Rule = {
+    "exists": False,
+    "model": "",
+    "system_prompt": "",
+    "data": None,
+    "final": None,
+    "status": None,
+    "total": 0,
+}
+SEEDED: Rule = {  # what seed_session writes
+    **NEW,
+    "exists": True,
+    "data": {"before": 1},
+    "final": FinalizeSummary(RunStatus.error, step_count=1),
+    "status": RunStatus.error,
+    "total": 1,
+}
+
+
+def shown(store: Any, rule: Rule) -> dict[str, object]:
+    """What :func:`session_state` must read for a session in the state ``rule``."""
+    state: dict[str, object] = {k: rule[k] for k in ("exists", "model", "system_prompt", "data")}
+    if hasattr(store, "final"):
+        state["final"] = rule["final"]
+    if hasattr(store, "list_sessions"):
+        state["listed"] = [(rule["status"], rule["total"])] if rule["exists"] else []
+    return state
+
+
 async def _cancel_write(
     h: Harness,
     what: str,
     on: str,
     setup: Callable[[Any, str], Awaitable[None]],
     write: Callable[[Any, str], Awaitable[None]],
+    rule: Callable[[Any, Rule], Rule],
 ) -> None:
-    """Cancel ``write`` at each checkpoint; the session must then be wholly before or after."""
+    """Cancel ``write`` at each checkpoint; the session must then be wholly before or after.
+
+    Before and after are the states the rules give (``rule`` turns the one
+    into the other), never what this store did with an uncancelled call.
+    """
     async with open_sessions(h) as store:
         prefix = f"{what.partition('(')[0]}-{setup.__name__.strip('_')}"
-        ref = f"{prefix}-reference"
-        await setup(store, ref)
-        before = await session_state(store, ref)
-        await write(store, ref)
-        after = await session_state(store, ref)
+        start = SEEDED if setup is seed_session else NEW
+        before, after = shown(store, start), shown(store, rule(store, start))
         points = Points()
         for point in points:
             sid = f"{prefix}-{point}"
@@ -45,8 +79,10 @@ async def _cancel_write(
                 got in allowed,
                 did=f"{what} on {on} {sid!r}, cancelled after {point} checkpoint(s), "
                 "then read the session back",
-                expected=" or ".join(repr(a) for a in allowed) + " (whole)",
-                got=got,
+                expected=_clip(" or ".join(repr(a) for a in allowed)) + " (whole)",
+                got=_clip(repr(got)),
+                hint="two round trips without a transaction, or a cache updated before the "
+                "write committed",
             )
             await still_usable(
                 f"update_data({sid!r}, ...)", partial(store.update_data, sid, '{"after": "cancel"}')
@@ -76,6 +112,14 @@ async def session_state(store: Any, sid: str) -> dict[str, object]:
     return state
 
 
+BIG_DATA = json.dumps({"blob": "y" * 150_000})
+"""Data past 128 KiB: a write that may take more than one round trip, page or chunk."""
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= 800 else f"{text[:800]}... ({len(text):,} chars)"
+
+
 @clause(
     "session.cancel.writes",
     "update_data, finalize and put cancelled at each checkpoint: all or nothing",
@@ -85,23 +129,49 @@ async def session_state(store: Any, sid: str) -> dict[str, object]:
     ),
 )
 async def _cancel_writes(h: Harness) -> None:
+    summary = FinalizeSummary(RunStatus.completed, 5, 6, 7, 8, 9)
+
     async def update(store: Any, sid: str) -> None:
         await store.update_data(sid, '{"after": [1, 2, 3]}')
 
+    def updated(store: Any, s: Rule) -> Rule:
+        return {**s, "exists": True, "data": {"after": [1, 2, 3]}}
+
     async def finalize(store: Any, sid: str) -> None:
-        await store.finalize(sid, FinalizeSummary(RunStatus.completed, 5, 6, 7, 8, 9))
+        await store.finalize(sid, summary)
+
+    def finalized(store: Any, s: Rule) -> Rule:
+        return {**s, "exists": True, "final": summary, "status": summary.status,
+                "total": s["total"] + summary.step_count}  # fmt: skip
 
     async def put(store: Any, sid: str) -> None:
         if hasattr(store, "put"):
             await store.put(Session(sid, "model-x", "prompt-x", '{"put": true}'))
 
+    def was_put(store: Any, s: Rule) -> Rule:  # put keeps the run summary and the total
+        if not hasattr(store, "put"):
+            return s
+        return {**s, "exists": True, "model": "model-x", "system_prompt": "prompt-x",
+                "data": {"put": True}}  # fmt: skip
+
     async def new(store: Any, sid: str) -> None:
         pass
 
+    async def update_big(store: Any, sid: str) -> None:
+        await store.update_data(sid, BIG_DATA)
+
+    def updated_big(store: Any, s: Rule) -> Rule:
+        return {**s, "exists": True, "data": json.loads(BIG_DATA)}
+
+    what = f"update_data(<id>, <{len(BIG_DATA):,} characters of JSON>)"
+    await _cancel_write(h, what, "the written session", seed_session, update_big, updated_big)
     for setup, on in ((new, "the new session"), (seed_session, "the written session")):
-        await _cancel_write(h, "update_data(<id>, '{\"after\": [1, 2, 3]}')", on, setup, update)
-        await _cancel_write(h, "finalize(<id>, <completed summary>)", on, setup, finalize)
-        await _cancel_write(h, "put(Session(<id>, 'model-x', ...))", on, setup, put)
+        what = "update_data(<id>, '{\"after\": [1, 2, 3]}')"
+        await _cancel_write(h, what, on, setup, update, updated)
+        await _cancel_write(
+            h, "finalize(<id>, <completed summary>)", on, setup, finalize, finalized
+        )
+        await _cancel_write(h, "put(Session(<id>, 'model-x', ...))", on, setup, put, was_put)
 
 
 @clause(
@@ -112,7 +182,7 @@ async def _cancel_writes(h: Harness) -> None:
 async def _cancel_reads(h: Harness) -> None:
     async with open_sessions(h) as store:
         await seed_session(store, "r")
-        want = await session_state(store, "r")
+        want = shown(store, SEEDED)
         reads: list[tuple[str, Callable[[], Awaitable[object]]]] = [
             ("get('r')", partial(store.get, "r")),
             ("exists('r')", partial(store.exists, "r")),
@@ -147,7 +217,7 @@ async def _cancel_delete(h: Harness) -> None:
     async with open_sessions(h) as store:
         steps = Steps(h, store) if isinstance(store, StepStore) else None
 
-        async def state(sid: str) -> object:
+        async def state(sid: str) -> dict[str, object]:
             seen = await session_state(store, sid)
             if steps is not None:
                 seen["steps"] = [s.content for s in await steps.last_n(sid, 10)]
@@ -158,10 +228,9 @@ async def _cancel_delete(h: Harness) -> None:
                 await steps.append_all([step(sid, k, content=f"seeded #{k}") for k in range(2)])
             await seed_session(store, sid)
 
-        await seed("reference")
-        before = await state("reference")
-        await store.delete_session("reference")
-        after = await state("reference")
+        before, after = shown(store, SEEDED), shown(store, NEW)  # as the rules say
+        if steps is not None:
+            before["steps"], after["steps"] = ["seeded #0", "seeded #1"], []
         points = Points()
         for point in points:
             sid = f"delete-{point}"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -125,8 +125,9 @@ async def _read_your_writes(h: Harness) -> None:
         done = False
 
         async def reader() -> None:
-            while not done:
+            while not done:  # a get that never yields must not starve the writer
                 await store.get(sid)
+                await trio.lowlevel.checkpoint()
 
         async with trio.open_nursery() as nursery:
             for _ in range(3):
@@ -147,10 +148,10 @@ async def _read_your_writes(h: Harness) -> None:
 
 @clause(
     "session.concurrency.finalize-keeps-data",
-    "finalize racing update_data (and put) on an existing session never discards their data",
+    "finalize racing update_data (and put) on an existing session: no write discards another's",
     why=(
-        "the loop finalizes while tools may still persist working memory; a finalize that "
-        "loads the row and saves it back whole silently rolls that memory back"
+        "the loop finalizes while tools may still persist working memory; a write that "
+        "loads the row and saves it back whole silently rolls back the memory or the summary"
     ),
 )
 async def _finalize_keeps_data(h: Harness) -> None:
@@ -162,12 +163,15 @@ async def _finalize_keeps_data(h: Harness) -> None:
         else:
             await store.update_data(sid, _doc(0))
         done = False
+        written = [0]  # the step counts every finalize that returned added up
 
         async def finalizer() -> None:
             k = 0
             while not done:
                 k += 1
                 await store.finalize(sid, FinalizeSummary(RunStatus.completed, step_count=k))
+                written[0] += k
+                await trio.lowlevel.checkpoint()
 
         async with trio.open_nursery() as nursery:
             for _ in range(2):
@@ -194,4 +198,30 @@ async def _finalize_keeps_data(h: Harness) -> None:
             sid,
             _doc(ROUNDS),
             did=f"after the finalize tasks stopped, get({sid!r})",
+        )
+        await _summary_kept(store, sid, written[0])
+
+
+async def _summary_kept(store: Any, sid: str, written: int) -> None:
+    """After the race, the summary and total are every finalize's: no data write undid one."""
+    did = f"2 tasks finalized {sid!r} in a loop while update_data and put wrote it; then "
+    hint = "update_data or put saving back a whole row it read before a finalize committed"
+    if hasattr(store, "final"):
+        final = await store.final(sid)
+        expect(
+            isinstance(final, FinalizeSummary) and final.status is RunStatus.completed,
+            did=did + f"final({sid!r})",
+            expected="a completed summary, one the finalize tasks wrote",
+            got=final,
+            hint=hint,
+        )
+    if hasattr(store, "list_sessions"):
+        infos = [i for i in await store.list_sessions(limit=1000) if i.id == sid]
+        expect(
+            [(i.status, i.step_count) for i in infos] == [(RunStatus.completed, written)],
+            did=did + "list_sessions()",
+            expected=f"{sid!r} listed once, completed, step_count {written} (the sum of "
+            "every finalize that returned)",
+            got=infos,
+            hint=hint,
         )

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         "deleting a session is how users exercise erasure; data or summaries left behind "
         "resurface under a reused id, and deleting the wrong session loses another's state"
     ),
+    hint="a cache, or a second table, that delete_session does not clear",
 )
 async def _delete(h: Harness) -> None:
     async with open_sessions(h) as store:

@@ -40,6 +40,7 @@ async def _twice(h: Harness) -> None:
         "finalize ends every run: a store that resets the session row there wipes the "
         "agent's working memory after each run"
     ),
+    hint="finalize writing the whole row, data column included",
 )
 async def _keeps(h: Harness) -> None:
     async with open_sessions(h) as store:

@@ -40,6 +40,7 @@ async def _get_unknown(h: Harness) -> None:
         "reads must not write: a get that creates rows makes every probe, typo and crawler "
         "a session, and exists can no longer tell new users from returning ones"
     ),
+    hint="get or exists inserting a row (an upsert on read)",
 )
 async def _creates_nothing(h: Harness) -> None:
     async with open_sessions(h) as store:

@@ -34,6 +34,7 @@ async def _ids(h: Harness, ids: tuple[str, ...], what: str) -> None:
         "session ids come from users and apps: a store that splices them into SQL or "
         "patterns mixes sessions or can be attacked through them"
     ),
+    hint="an id spliced into SQL text or matched with LIKE",
 )
 async def _sql_ids(h: Harness) -> None:
     await _ids(h, (*SQL_IDS, "100x", "aXb", "a%b"), "look like SQL or patterns")
@@ -43,6 +44,7 @@ async def _sql_ids(h: Harness) -> None:
     "session.ids.case-sensitive",
     "ids that differ only in case are different sessions",
     why="ids are opaque and case-sensitive: case-folding merges two users' working memory",
+    hint="a case-insensitive collation (COLLATE NOCASE, MySQL's default)",
 )
 async def _case_ids(h: Harness) -> None:
     await _ids(h, CASE_IDS, "differ only in case")

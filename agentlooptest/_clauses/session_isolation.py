@@ -6,7 +6,14 @@ import json
 from typing import TYPE_CHECKING
 
 from agentlooptest._clause import clause, expect
-from agentlooptest._clauses._shared import DONE, expect_data, expect_exists
+from agentlooptest._clauses._shared import (
+    DONE,
+    LONG_HINT,
+    LONG_IDS,
+    expect_data,
+    expect_exists,
+    short_id,
+)
 from agentlooptest._stores import open_sessions
 
 if TYPE_CHECKING:
@@ -42,3 +49,14 @@ async def _isolation(h: Harness) -> None:
                     expected=repr(want_final),
                     got=final,
                 )
+        for k, sid in enumerate(LONG_IDS):
+            await store.update_data(sid, json.dumps({"long": k}))
+        for k, sid in enumerate(LONG_IDS):
+            await expect_data(
+                store,
+                sid,
+                json.dumps({"long": k}),
+                f"wrote distinct data to {len(LONG_IDS)} sessions with ids of 301 to 1,024 bytes "
+                f"differing only at the end, then get({short_id(sid)})",
+                hint=LONG_HINT,
+            )

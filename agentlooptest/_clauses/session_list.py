@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import trio
 
-from agentloop import FinalizeSummary, RunStatus, SessionInfo
+from agentloop import FinalizeSummary, RunStatus, Session, SessionInfo
 from agentlooptest._clause import Violation, clause, expect
 from agentlooptest._clauses._shared import DONE
 from agentlooptest._stores import open_sessions
@@ -65,25 +66,28 @@ async def _list_order(h: Harness) -> None:
 )
 async def _list_limit(h: Harness) -> None:
     async with open_sessions(h) as store:
-        for k in range(12):
-            await store.update_data(f"s{k:02d}", json.dumps({"k": k}))
-        newest = [f"s{k:02d}" for k in reversed(range(12))]
-        for limit in (1, 5, 12, 13, 1000):
+        # Past 100 (the default limit, and a usual page size) and past 128.
+        count = LISTED
+        for k in range(count):
+            await store.update_data(f"s{k:03d}", json.dumps({"k": k}))
+        newest = [f"s{k:03d}" for k in reversed(range(count))]
+        for limit in (1, 5, 100, 101, count, count + 1, 1000):
             got = [i.id for i in await _listed(store, limit)]
             expect(
                 got == newest[:limit],
-                did=f"wrote 12 sessions, then list_sessions(limit={limit})",
-                expected=repr(newest[:limit]),
-                got=got,
+                did=f"wrote {count} sessions, then list_sessions(limit={limit})",
+                expected=_ids(newest[:limit]),
+                got=_ids(got),
+                hint="a listing read as one page of a fixed size, or a LIMIT capped silently",
             )
         listed = await _listed(store)
         listed.clear()
         default = [i.id for i in await store.list_sessions()]
         expect(
-            default == newest,
+            default == newest[:100],
             did="cleared a list list_sessions() returned, then list_sessions() (default limit)",
-            expected=repr(newest),
-            got=default,
+            expected=f"the newest 100: {_ids(newest[:100])}",
+            got=_ids(default),
         )
         bad: list[tuple[object, type[Exception]]] = [
             (0, ValueError),
@@ -108,6 +112,17 @@ async def _list_limit(h: Harness) -> None:
                 error.__name__,
                 f"no error; it returned {got_bad!r:.100}",
             )
+
+
+LISTED = 131
+"""Sessions the limit clause writes: past the default limit of 100 and past 128."""
+
+
+def _ids(ids: list[str]) -> str:
+    """A long id list kept readable: its length, first and last ids."""
+    if len(ids) <= 6:
+        return repr(ids)
+    return f"{len(ids)} ids [{ids[0]!r}, {ids[1]!r}, ..., {ids[-1]!r}]"
 
 
 @clause(
@@ -156,22 +171,34 @@ async def _list_fields(h: Harness) -> None:
 
 
 async def _times_move(store: Any) -> None:
-    """created_at stays put across writes; updated_at moves forward once the clock has."""
-    sid = "timed"
-    await store.update_data(sid, '{"v": 1}')
+    """Every kind of write keeps created_at and moves updated_at forward (once the clock has)."""
+    writes: list[tuple[str, Callable[[str, int], Awaitable[None]]]] = [
+        ("update_data", lambda sid, k: store.update_data(sid, json.dumps({"v": k}))),
+        ("finalize", lambda sid, k: store.finalize(sid, FinalizeSummary(RunStatus.error, 1))),
+    ]
+    if hasattr(store, "put"):
+        writes.append(("put", lambda sid, k: store.put(Session(sid, "m", "p", f'{{"v": {k}}}'))))
+    for name, write in writes:
+        await _one_write_moves(store, f"timed-{name}", name, write)
+
+
+async def _one_write_moves(
+    store: Any, sid: str, name: str, write: Callable[[str, int], Awaitable[None]]
+) -> None:
+    await store.finalize(sid, FinalizeSummary(RunStatus.completed, step_count=2))
     first = _info(await _listed(store), sid)
     # Real time, not trio's clock: the store's clock is the wall clock. A coarse clock
     # (whole seconds) gets longer pauses, up to one second, before a frozen updated_at fails.
     waited = 0.0
-    for pause in (0.002, 0.02, 0.2, 1.0):
+    for k, pause in enumerate((0.002, 0.02, 0.2, 1.0)):
         await trio.to_thread.run_sync(time.sleep, pause)
         waited += pause
-        await store.update_data(sid, '{"v": 2}')
+        await write(sid, k)
         later = _info(await _listed(store), sid)
         if later.updated_at != first.updated_at:
             break
-    did = f"update_data({sid!r}), and again up to {waited * 1000:g} ms later (list_sessions "
-    did += "after each write)"
+    did = f"finalize({sid!r}), then {name}({sid!r}, ...) up to {waited * 1000:g} ms later "
+    did += "(list_sessions after each write)"
     expect(
         later.created_at == first.created_at,
         did=did,
@@ -186,7 +213,17 @@ async def _times_move(store: Any) -> None:
         expected=f"updated_at later than the first write's ({first.updated_at.isoformat()})",
         got=f"updated_at {later.updated_at.isoformat()}",
         why="a frozen or backward updated_at hides which sessions are active",
+        hint=f"{name} writing its columns but not updated_at",
     )
+    if name != "finalize":
+        expect(
+            (later.status, later.step_count) == (RunStatus.completed, 2),
+            did=did,
+            expected=f"status completed, step_count 2: {name} keeps the latest run summary "
+            "and the step total",
+            got=later,
+            hint=f"{name} rewriting the whole row",
+        )
 
 
 def _info(infos: list[SessionInfo], sid: str) -> SessionInfo:

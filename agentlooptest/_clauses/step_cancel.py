@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
+
+import trio
 
 from agentloop import RunStep
 from agentlooptest._cancel import Points, cancel_at, still_usable
@@ -18,7 +21,7 @@ if TYPE_CHECKING:
 
 async def _after_cancel(s: Steps, sid: str, before: list[RunStep], extra: RunStep) -> None:
     """The store still takes an append after a cancelled call, and returns it last."""
-    await still_usable(f"append to {sid!r}", lambda: s.store.append(extra))
+    await still_usable(f"append to {sid!r}", lambda: s.append(extra))
     got = await still_usable(f"last_n({sid!r}, 100)", lambda: s.last_n(sid, 100))
     expect(
         same_steps([*before, extra], got),
@@ -71,6 +74,49 @@ async def _cancel_append(h: Harness) -> None:
                         got=mismatch([*before, new], got),
                     )
                 await _after_cancel(s, sid, got, step(sid, 2, content="after the cancel"))
+        await _cancel_amid_appends(s)
+
+
+BIG_ARGS = json.dumps({"blob": "x" * 200_000})
+"""Tool arguments past 128 KiB: a write that takes more than one round trip or page."""
+
+
+async def _cancel_amid_appends(s: Steps) -> None:
+    """Cancel a large append while another task appends to the same session.
+
+    The rules: the other task's steps are all kept, in their order; the
+    cancelled step is there once (wherever it landed among them) or not at
+    all, and surely there when its append returned.
+    """
+    points = Points()
+    for point in points:
+        sid = f"cancel-busy-{point}"
+        await s.ensure(sid)
+        others = [step(sid, k, content=f"other #{k}") for k in range(3)]
+        new = step(sid, 9, content="the large step being cancelled", tool_args=BIG_ARGS)
+
+        async def other_task(others: list[RunStep] = others) -> None:
+            for other in others:
+                await s.append(other)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(other_task)
+            done = await cancel_at(partial(s.store.append, new), point)
+        points.finished(done)
+        got = await still_usable(f"last_n({sid!r}, 10)", partial(s.last_n, sid, 10))
+        kept = [g for g in got if g.content != new.content]
+        mine = [g for g in got if g.content == new.content]
+        expect(
+            same_steps(others, kept) and (same_steps([new], mine) or (not done and not mine)),
+            did=f"appended a step with {len(BIG_ARGS):,} characters of tool_args to {sid!r}, "
+            f"cancelled after {point} checkpoint(s), while another task appended 3 steps "
+            "to it; then last_n",
+            expected=f"the other task's {describe(others)} in order, and the large step "
+            + ("once (its append returned)" if done else "once or not at all"),
+            got=describe(got),
+            hint="a cancelled write undone by truncating to the length it saw, or by deleting "
+            "the newest row: that erases another task's append",
+        )
 
 
 async def _cancel_read(

@@ -84,6 +84,7 @@ async def _many_sessions(h: Harness) -> None:
         "concurrent appends to one session happen (parallel tool calls, retries); a "
         "read-modify-write store loses some of them and the trace has holes"
     ),
+    hint="a read-modify-write of the session's list without a lock",
 )
 async def _one_session(h: Harness) -> None:
     async with open_steps(h) as s:

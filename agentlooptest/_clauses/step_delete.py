@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         "deleting a session is how users exercise erasure; steps left behind leak into a "
         "reused id, and deleting the wrong session loses someone else's history"
     ),
+    hint="a cache, or a second table, that delete_session does not clear",
 )
 async def _delete(h: Harness) -> None:
     async with open_steps(h) as s:

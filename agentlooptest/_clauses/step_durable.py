@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from agentloop import RunStep
 from agentlooptest._clause import clause, expect
 from agentlooptest._data import describe, same_steps, step, steps
-from agentlooptest._stores import open_steps, reopened
+from agentlooptest._stores import Steps, open_steps, reopened
 
 if TYPE_CHECKING:
     from agentlooptest._harness import Harness
@@ -43,4 +44,37 @@ async def _durable(h: Harness) -> None:
             "on the first",
             expected=describe([sent[-1], more]),
             got=describe(got),
+        )
+        async with reopened(h, s.store) as other:
+            await _stale_caches(s, other, more)
+
+
+STALE = "a per-process or per-handle cache that another handle's writes never invalidate"
+
+
+async def _stale_caches(s: Steps, other: Any, more: RunStep) -> None:
+    """The second handle reads first, so a cache has something to serve stale; then one writes."""
+    await other.last_n("d", 2)
+    extra = step("d", 13, content="appended on the first handle after the second one read")
+    await s.append(extra)
+    got = await other.last_n("d", 2)
+    expect(
+        same_steps([more, extra], got),
+        did="last_n('d', 2) on the second handle, one append on the first, then last_n('d', 2) "
+        "on the second again",
+        expected=describe([more, extra]),
+        got=describe(got),
+        hint=STALE,
+    )
+    if hasattr(s.store, "delete_session"):
+        await other.last_n("e", 5)
+        await s.store.delete_session("e")
+        gone = await other.last_n("e", 5)
+        expect(
+            gone == [],
+            did="last_n('e', 5) on the second handle, delete_session('e') on the first, then "
+            "last_n('e', 5) on the second again",
+            expected="[]",
+            got=describe(gone),
+            hint=STALE,
         )

@@ -35,6 +35,7 @@ async def _ids_round_trip(h: Harness, ids: tuple[str, ...], what: str) -> None:
         "session ids come from users and apps: a store that splices them into SQL or "
         "patterns mixes sessions or can be attacked through them"
     ),
+    hint="an id spliced into SQL text or matched with LIKE",
 )
 async def _sql_ids(h: Harness) -> None:
     await _ids_round_trip(h, (*SQL_IDS, "100x", "aXb", "a%b"), "look like SQL or patterns")
@@ -47,6 +48,7 @@ async def _sql_ids(h: Harness) -> None:
         "ids are opaque and case-sensitive: a store that case-folds them (a NOCASE "
         "collation, lower()) merges two users' conversations"
     ),
+    hint="a case-insensitive collation (COLLATE NOCASE, MySQL's default)",
 )
 async def _case_ids(h: Harness) -> None:
     await _ids_round_trip(h, CASE_IDS, "differ only in case")

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         "the loop edits the history it gets back (rehydrating, trimming); if that list is "
         "the store's own, the edit silently rewrites the stored trace"
     ),
+    hint="returning the store's own list (or its objects) instead of a copy",
 )
 async def _no_alias(h: Harness) -> None:
     async with open_steps(h) as s:

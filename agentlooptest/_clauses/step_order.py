@@ -42,6 +42,7 @@ async def _oldest_first(h: Harness) -> None:
         "step_index is data, not order: a store that sorts by it reorders history whenever "
         "indices repeat or restart, and the model sees events out of sequence"
     ),
+    hint="ORDER BY step_index instead of insertion order",
 )
 async def _not_index(h: Harness) -> None:
     async with open_steps(h) as s:
@@ -71,6 +72,7 @@ async def _not_index(h: Harness) -> None:
         "clocks tie and step backwards (NTP, several hosts): a store that orders by "
         "created_at reorders history and the model sees events out of sequence"
     ),
+    hint="ORDER BY created_at instead of insertion order (a sequence or rowid)",
 )
 async def _not_time(h: Harness) -> None:
     async with open_steps(h) as s:

@@ -99,6 +99,7 @@ async def _int32(h: Harness) -> None:
         "created_at is how people audit a run; a store that drops microseconds, the timezone "
         "or shifts by the local offset rewrites when things happened"
     ),
+    hint="a timestamp column without microseconds or time zone",
 )
 async def _created_at(h: Harness) -> None:
     async with open_steps(h) as s:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         "the loop asks for the newest history_window steps; the oldest n would replay the "
         "start of the conversation and drop everything the model said since"
     ),
+    hint="LIMIT n in ascending order: the oldest n, not the newest",
 )
 async def _newest_n(h: Harness) -> None:
     async with open_steps(h) as s:

@@ -14,6 +14,7 @@ import trio
 
 from agentloop import (
     FinalizeSummary,
+    RevisionConflictError,
     RunStep,
     Session,
     SessionInfo,
@@ -72,6 +73,17 @@ class GoodSteps(_Base):
         self.steps.setdefault(self.key(step.session_id), []).append(self.stored(step))
         await self.leave()
 
+    async def append_many(self, steps: list[RunStep]) -> None:
+        """Append every step, in order, or none (checked first)."""
+        batch = list(steps)
+        for position, step in enumerate(batch):
+            if not isinstance(step, RunStep):
+                raise TypeError(f"steps[{position}] must be a RunStep, got {step!r}")
+        await self.enter()
+        for step in batch:
+            self.steps.setdefault(self.key(step.session_id), []).append(self.stored(step))
+        await self.leave()
+
     async def last_n(self, session_id: str, n: int) -> list[RunStep]:
         """The newest ``n`` steps, oldest first."""
         validate_n(n)
@@ -114,6 +126,7 @@ class GoodSessions(_Base):
         super().__init__()
         self.records: dict[str, _Record] = {}
         self.seq = itertools.count()
+        self.revisions: dict[str, int] = {}  # never dropped: a delete bumps it
 
     def key(self, session_id: str) -> str:
         """Where a session lives (broken stores change it)."""
@@ -128,7 +141,50 @@ class GoodSessions(_Base):
             record.created = datetime.now(UTC)
         record.seq = next(self.seq)
         record.updated = max(record.updated, datetime.now(UTC))
+        self.bump(session_id)
         return record
+
+    def bump(self, session_id: str) -> None:
+        """Make the session's revision larger (every write and a delete do)."""
+        self.revisions[self.key(session_id)] = self.revisions.get(self.key(session_id), 0) + 1
+
+    async def get_many(self, session_ids: list[str]) -> list[Session]:
+        """One session per id, in order."""
+        ids = list(session_ids)
+        for position, sid in enumerate(ids):
+            validate_session_id(sid, f"session_ids[{position}]")
+        await self.enter()
+        found = [self.records.get(self.key(sid)) for sid in ids]
+        await self.leave()
+        return [r.session if r else Session(sid) for r, sid in zip(found, ids, strict=True)]
+
+    async def revision(self, session_id: str) -> int:
+        """The session's revision."""
+        validate_session_id(session_id)
+        await self.enter()
+        revision = self.revisions.get(self.key(session_id), 0)
+        await self.leave()
+        return revision
+
+    async def update_data_if(self, session_id: str, snapshot: str | None, revision: int) -> int:
+        """Replace the data if the session is at ``revision``."""
+        validate_session_id(session_id)
+        if snapshot is not None:
+            validate_json(snapshot, "snapshot")
+        await self.enter()
+        current = self.revisions.get(self.key(session_id), 0)
+        if current != revision:
+            await self.leave()
+            raise RevisionConflictError(f"at revision {current}, not {revision}")
+        self.set_data(session_id, snapshot)
+        await self.leave()
+        return self.revisions[self.key(session_id)]
+
+    def set_data(self, session_id: str, snapshot: str | None) -> None:
+        """Write the data (a session write)."""
+        record = self.write(session_id)
+        old = record.session
+        record.session = Session(old.id, old.model, old.system_prompt, snapshot)
 
     async def get(self, session_id: str) -> Session:
         """The session, or a fresh one."""
@@ -152,9 +208,7 @@ class GoodSessions(_Base):
         if snapshot is not None:
             validate_json(snapshot, "snapshot")
         await self.enter()
-        record = self.write(session_id)
-        old = record.session
-        record.session = Session(old.id, old.model, old.system_prompt, snapshot)
+        self.set_data(session_id, snapshot)
         await self.leave()
 
     async def finalize(self, session_id: str, summary: FinalizeSummary) -> None:
@@ -204,6 +258,8 @@ class GoodSessions(_Base):
         """Forget the session."""
         await self.enter()
         existed = self.records.pop(self.key(session_id), None) is not None
+        if existed:
+            self.bump(session_id)
         await self.leave()
         return existed
 
@@ -224,6 +280,11 @@ class GoodBoth(GoodSessions):
         self.trace.closed = self.closed
         await self.trace.append(step)
 
+    async def append_many(self, steps: list[RunStep]) -> None:
+        """Append every step, in order, or none."""
+        self.trace.closed = self.closed
+        await self.trace.append_many(steps)
+
     async def last_n(self, session_id: str, n: int) -> list[RunStep]:
         """The newest ``n`` steps, oldest first."""
         self.trace.closed = self.closed
@@ -240,5 +301,89 @@ class GoodBoth(GoodSessions):
         await self.enter()
         had_steps = self.trace.steps.pop(session_id, None) is not None
         had_session = self.records.pop(self.key(session_id), None) is not None
+        if had_session:
+            self.bump(session_id)
         await self.leave()
         return had_steps or had_session
+
+
+class GoodForeignKey(GoodBoth):
+    """Steps need a session row first (a foreign key); delete_session cascades to the row.
+
+    The harness's ``ensure_session`` makes the row, so it must be called again
+    after a delete, before the next append to that id.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: set[str] = set()
+
+    async def ensure_row(self, session_id: str) -> None:
+        """``INSERT ... ON CONFLICT DO NOTHING`` into the parent table."""
+        await self.enter()
+        self.rows.add(session_id)
+        await self.leave()
+
+    async def append(self, step: RunStep) -> None:
+        """Append, refusing a step whose session has no row (the foreign key)."""
+        if isinstance(step, RunStep) and step.session_id not in self.rows and not self.closed:
+            raise ValueError(f"foreign key: no session row for {step.session_id!r}")
+        await super().append(step)
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete the row; its steps go with it (ON DELETE CASCADE)."""
+        existed = await super().delete_session(session_id)
+        self.rows.discard(session_id)
+        return existed
+
+
+PAGE = 50
+"""Rows per page of :class:`GoodPaged`'s reads."""
+
+
+class GoodPaged(GoodBoth):
+    """Reads in pages of 50 rows, yielding between pages, from one snapshot (keyset paging).
+
+    A window or listing is cut at the moment the read starts (the newest step,
+    the write order), then fetched page by page: consistent, though not one
+    round trip.
+    """
+
+    async def last_n(self, session_id: str, n: int) -> list[RunStep]:
+        """The newest ``n`` steps, oldest first, fetched in pages."""
+        validate_n(n)
+        validate_session_id(session_id)
+        await self.enter()
+        rows = self.trace.steps.get(session_id, [])
+        end = len(rows)  # the snapshot: later appends are past it
+        return await self._pages(rows, max(0, end - n), end)
+
+    async def all(self, session_id: str) -> list[RunStep]:
+        """Every step, in insertion order, fetched in pages."""
+        validate_session_id(session_id)
+        await self.enter()
+        rows = self.trace.steps.get(session_id, [])
+        return await self._pages(rows, 0, len(rows))
+
+    async def _pages(self, rows: list[RunStep], start: int, end: int) -> list[RunStep]:
+        got: list[RunStep] = []
+        rows = list(rows[:end])  # a delete meanwhile must not tear the snapshot either
+        for first in range(start, end, PAGE):
+            got += rows[first : min(first + PAGE, end)]
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        if start >= end:
+            await self.leave()
+        return got
+
+    async def list_sessions(self, *, limit: int = 100) -> list[SessionInfo]:
+        """At most ``limit`` sessions, most recently written first, fetched in pages."""
+        validate_n(limit, "limit")
+        await self.enter()
+        rows = [self.info(r) for r in self.order()[:limit]]
+        got: list[SessionInfo] = []
+        for first in range(0, len(rows), PAGE):
+            got += rows[first : first + PAGE]
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        if not rows:
+            await self.leave()
+        return got

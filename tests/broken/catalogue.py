@@ -9,11 +9,11 @@ from typing import Any
 
 import attrs
 
-from agentloop import RunStep
+from agentloop import RunStep, Session
 from agentlooptest import Harness
 
-from . import sessions, steps
-from ._good import GoodBoth, GoodSessions, GoodSteps
+from . import batches, leases, sessions, steps, variations
+from ._good import GoodBoth, GoodForeignKey, GoodPaged, GoodSessions, GoodSteps
 
 
 async def _same(store: Any) -> Any:
@@ -28,11 +28,25 @@ def _factory(cls: type) -> Callable[[], Awaitable[Any]]:
 
 
 def good_harness() -> Harness:
-    """The correct reference store (one object for both protocols); reopen gives the same one."""
+    """The correct reference store (one object for both protocols, with leases) and a true
+    second handle."""
     return Harness(
-        new_step_store=_factory(GoodBoth),
-        new_session_store=_factory(GoodBoth),
-        reopen=_same,
+        new_step_store=_factory(leases.Leased),
+        new_session_store=_factory(leases.Leased),
+        reopen=variations.second_handle,
+    )
+
+
+def _two_handles(cls: type, expected: str) -> Broken:
+    doc = (cls.__doc__ or cls.__name__).strip()
+    return Broken(
+        f"variations.{cls.__name__}: {doc}",
+        expected,
+        Harness(
+            new_step_store=_factory(cls),
+            new_session_store=_factory(cls),
+            reopen=variations.second_handle,
+        ),
     )
 
 
@@ -163,6 +177,56 @@ CATALOGUE: tuple[Broken, ...] = (
     ),
     _sessions(sessions.PutKeepsRecency, "session.model-based"),
     _sessions(sessions.DeleteLeavesSteps, "session.combined.one-session"),
+    _steps(batches.PartialBatch, "step.append-many.atomic"),
+    _steps(batches.ReorderedBatch, "step.append-many.order"),
+    _steps(batches.KeepsCallerBatch, "step.append-many.order"),
+    _steps(batches.BatchPartialOnCancel, "step.append-many.cancel"),
+    Broken(
+        "batches.BatchNotDurable: append_many buffers batches in the handle",
+        "step.append-many.durable",
+        Harness(
+            new_step_store=_factory(batches.BatchNotDurable), reopen=batches.reopen_sharing_steps
+        ),
+    ),
+    _sessions(batches.GetManyDedupes, "session.get-many.aligned"),
+    _sessions(batches.GetManySkipsUnknown, "session.get-many.aligned"),
+    _sessions(batches.GetManyCachesList, "session.get-many.aligned"),
+    _sessions(batches.GetManySkipsBadIds, "session.get-many.bad-input"),
+    _sessions(batches.GetManyLeaksOnCancel, "session.get-many.cancel"),
+    _sessions(batches.FinalizeKeepsRevision, "session.revision.bumps"),
+    _sessions(batches.NoRevisionCheck, "session.revision.conflict"),
+    _sessions(batches.CheckThenWrite, "session.revision.one-winner"),
+    _sessions(batches.BumpsBeforeWrite, "session.revision.cancel"),
+    Broken(
+        "batches.RevisionsPerHandle: revisions live in the handle, not the backend",
+        "session.revision.durable",
+        Harness(
+            new_session_store=_factory(batches.RevisionsPerHandle),
+            reopen=batches.reopen_sharing_records,
+        ),
+    ),
+    _sessions(variations.ListOnePage, "session.list.limit"),
+    _sessions(variations.PutKeepsUpdatedAt, "session.list.fields"),
+    _steps(variations.RollbackTruncates, "step.cancel.append"),
+    _two_handles(variations.CachedGet, "session.durable"),
+    _two_handles(variations.CachedWindow, "step.durable"),
+    _steps(variations.StepIdsCut255, "step.isolation"),
+    _sessions(variations.SessionIdsCut255, "session.isolation"),
+    _sessions(variations.ChunksLargeData, "session.cancel.writes"),
+    _sessions(variations.UpdateRestoresSummary, "session.concurrency.finalize-keeps-data"),
+    _sessions(leases.SecondOwner, "session.lease.exclusive"),
+    _sessions(leases.TokenReusedAfterRelease, "session.lease.tokens-increase"),
+    _sessions(leases.IgnoresExpiry, "session.lease.expiry"),
+    _sessions(leases.ReleaseFreesAnyone, "session.lease.release"),
+    _sessions(leases.RenewForgets, "session.lease.renew"),
+    _sessions(leases.RenewAfterTakeover, "session.lease.renew-lost"),
+    _sessions(leases.LeaseCreatesSession, "session.lease-calls.not-a-write"),
+    _sessions(leases.AcceptsAnyTtl, "session.lease-calls.bad-input"),
+    _sessions(leases.GrantsThenCancels, "session.lease-calls.cancel"),
+    _sessions(leases.NoFencing, "session.fenced.writes"),
+    _sessions(leases.ViewWithoutAppends, "session.fenced.writes"),
+    _sessions(leases.BatchesUnfenced, "session.fenced.writes"),
+    _sessions(leases.FenceOutsideTheWrite, "session.fenced.race"),
 )
 """Every broken store; a test asserts each fails its expected clause."""
 
@@ -189,6 +253,12 @@ class _Reserializing(GoodBoth):
                 snapshot = self._canon(snapshot)
         await super().update_data(session_id, snapshot)
 
+    async def put(self, session: Session) -> None:
+        if isinstance(session, Session) and isinstance(session.data, str):
+            with contextlib.suppress(ValueError):
+                session = attrs.evolve(session, data=self._canon(session.data))
+        await super().put(session)
+
 
 def reserializing_harness() -> Harness:
     """The reference store, re-serializing every JSON document it keeps."""
@@ -197,3 +267,25 @@ def reserializing_harness() -> Harness:
         new_session_store=_factory(_Reserializing),
         reopen=_same,
     )
+
+
+async def _ensure_row(store: GoodForeignKey, session_id: str) -> None:
+    await store.ensure_row(session_id)
+
+
+def unusual_good_harnesses() -> dict[str, Harness]:
+    """Correct stores built unusually, each of which the contract must pass whole."""
+    return {
+        "foreign-key-cascade": Harness(
+            new_step_store=_factory(GoodForeignKey),
+            new_session_store=_factory(GoodForeignKey),
+            ensure_session=_ensure_row,
+            reopen=_same,
+        ),
+        "paged-reads": Harness(
+            new_step_store=_factory(GoodPaged),
+            new_session_store=_factory(GoodPaged),
+            reopen=_same,
+        ),
+        "canonical-json": reserializing_harness(),
+    }

@@ -1,0 +1,233 @@
+"""A leased run: acquire the session's lease, write through its fenced view, renew, release.
+
+See "The loop and session leases" in ``docs/decisions.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import secrets
+import socket
+from typing import TYPE_CHECKING, cast
+
+import trio
+
+from agentloop._describe import describe, describe_message
+from agentloop._errors import LeaseLostError, SessionBusyError, StoreError
+from agentloop._events import LoopWarning
+from agentloop._lease import Lease, SupportsLease
+from agentloop._lease_renewals import Renewals
+from agentloop._run import Run
+from agentloop._run_stores import RunStores
+
+if TYPE_CHECKING:
+    from agentloop._config import LoopConfig, RunResult
+    from agentloop._events import EventHandler
+    from agentloop._protocols import SessionStore, StepStore
+    from agentloop._run import RunParts
+
+# The wait for a busy lease polls: first after ~10 ms, doubling up to ~0.5 s, each
+# delay jittered down to half so that workers waiting on one session spread out.
+_FIRST_POLL = 0.01
+_LAST_POLL = 0.5
+
+
+def _host() -> str:
+    """This machine's name as it can go into an owner (at most 64 ASCII characters)."""
+    name = socket.gethostname().encode("ascii", "replace").decode("ascii")
+    return name.replace("\x00", "?")[:64] or "host"
+
+
+_HOST = _host()
+
+
+def new_owner() -> str:
+    """A lease owner unique to one run: ``host:pid:random``."""
+    return f"{_HOST}:{os.getpid()}:{secrets.token_hex(8)}"
+
+
+def covers_appends(sessions: SessionStore, steps: StepStore) -> bool:
+    """Whether ``sessions``' fenced views also fence appends to ``steps``.
+
+    True when ``sessions`` is ``steps`` (one combined store, e.g. the SQL
+    stores) or names ``steps`` as the step store it covers (its ``steps``
+    attribute, e.g. ``agentloopmem.SessionStore(steps=steps)``). Such a store's
+    fenced view must then be a ``StepStore`` too: the run appends through it.
+    """
+    covered: object = getattr(sessions, "steps", None)
+    return covered is steps or steps is cast(object, sessions)
+
+
+async def acquire(sessions: SupportsLease, session_id: str, config: LoopConfig) -> Lease:
+    """The session's lease for a fresh owner, waiting up to ``config.lease_wait`` seconds.
+
+    Raises:
+        SessionBusyError: another owner held it for the whole wait; nothing
+            was written.
+        StoreError: ``acquire_lease`` failed (``__cause__``: the store's exception).
+
+    **Cancellation**: a cancelled wait holds no lease.
+    """
+    owner = new_owner()
+    deadline = trio.current_time() + config.lease_wait
+    delay = _FIRST_POLL
+    while True:
+        try:
+            lease = await sessions.acquire_lease(session_id, owner, config.lease_ttl)
+        except Exception as exc:
+            raise StoreError(
+                f"acquire_lease failed for session {session_id!r}: {describe_message(exc)}"
+            ) from exc
+        if lease is not None:
+            if not isinstance(lease, Lease):
+                raise StoreError(
+                    f"acquire_lease failed for session {session_id!r}: the store returned "
+                    f"{type(lease).__name__}, not a Lease or None"
+                )
+            return lease
+        left = deadline - trio.current_time()
+        if left <= 0:
+            raise SessionBusyError(
+                f"session {session_id!r} is busy: another owner held its lease for the whole "
+                f"lease_wait ({config.lease_wait}s); nothing was written"
+            )
+        await trio.sleep(min(delay * random.uniform(0.5, 1.0), left))
+        delay = min(delay * 2, _LAST_POLL)
+
+
+def run_stores(parts: RunParts, sessions: SupportsLease, lease: Lease, covered: bool) -> RunStores:
+    """The run's stores on ``fenced(lease)``: session writes always, appends when ``covered``.
+
+    Raises:
+        StoreError: ``fenced`` failed (``__cause__``: the store's exception).
+    """
+    try:
+        view = sessions.fenced(lease)
+    except Exception as exc:
+        raise StoreError(
+            f"fenced failed for session {lease.session_id!r}: {describe_message(exc)}"
+        ) from exc
+    steps = cast("StepStore", view) if covered else parts.steps
+    return RunStores(steps, view, lease.session_id)
+
+
+class LeaseHolder:
+    """One run's hold on its lease: renewed in the background while the run goes on, then released.
+
+    Renewal (every ``lease_ttl / 3``) comes from this trio run's one renewal
+    task (:class:`Renewals`). A renew that finds the lease taken over marks the
+    run's stores (``RunStores.lease_lost``: no further write) and cancels the
+    run at once; :meth:`run` then raises that ``LeaseLostError``. Any other
+    renew failure (or a renew slower than the interval) is a ``LoopWarning``
+    and the next renew is tried on time: the fenced writes still refuse a run
+    whose lease was taken over meanwhile.
+    """
+
+    def __init__(
+        self, sessions: SupportsLease, lease: Lease, config: LoopConfig, emit: EventHandler | None
+    ) -> None:
+        self._sessions = sessions
+        self._lease = lease
+        self._config = config
+        self._emit = emit
+        self.interval = config.lease_ttl / 3
+        self._stores: RunStores | None = None  # the run's stores, while it runs
+        self._run_scope = trio.CancelScope()
+        self._renew_lost: LeaseLostError | None = None  # a renew found the lease taken over
+        self._lost = False  # lost by a renew or a write: nothing to release
+
+    def _warn(self, message: str) -> None:
+        if self._emit is not None:
+            with contextlib.suppress(Exception):  # a warning must not fail what it reports on
+                self._emit(LoopWarning(self._lease.session_id, message))
+
+    async def renew_once(self) -> None:
+        """Renew the lease once, bounded by the interval; never raises.
+
+        A renew that ends after the run did changes nothing here.
+        """
+        interval = self.interval
+        try:
+            with trio.move_on_after(interval) as scope:
+                lease = await self._sessions.renew_lease(self._lease, self._config.lease_ttl)
+        except LeaseLostError as exc:
+            if self._stores is not None:
+                self._renew_lost = self._stores.lease_lost = exc
+                self._run_scope.cancel()
+            return
+        except Exception as exc:
+            if self._stores is not None:
+                self._warn(f"renew_lease failed, retrying in {interval:g}s: {describe(exc)}")
+            return
+        if scope.cancelled_caught:
+            if self._stores is not None:
+                self._warn(f"renew_lease took longer than {interval:g}s (lease_ttl / 3); retrying")
+            return
+        self._lease = lease
+
+    async def run(self, run: Run, stores: RunStores) -> RunResult:
+        """``run.execute()`` with the lease renewed in the background until it returns.
+
+        Raises:
+            LeaseLostError: a renew found the lease taken over; the run was
+                cancelled at once and wrote nothing more.
+            BaseException: whatever the run raised.
+        """
+        renewals = Renewals.current()
+        self._stores = stores
+        renewals.add(self)
+        try:
+            with self._run_scope:
+                return await run.execute()
+        finally:
+            renewals.discard(self)
+            self._stores = None
+            self._lost = stores.lease_lost is not None
+        # Only a renew that found the lease lost cancels the scope that caught the run's end.
+        assert self._renew_lost is not None
+        raise self._renew_lost
+
+    async def release(self) -> None:
+        """Release the lease, shielded and bounded by ``finalize_timeout``; never raises.
+
+        Skipped once the lease was lost (releasing it would be a no-op). A
+        release that fails, or is abandoned at the bound, is a ``LoopWarning``:
+        the lease then frees itself ``lease_ttl`` after its last renew.
+        """
+        if self._lost:
+            return
+        bound = self._config.finalize_timeout
+        # One scope: shielded from the caller's cancellation, yet bounded by its own deadline.
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + bound) as scope:
+            try:
+                await self._sessions.release_lease(self._lease)
+            except Exception as exc:
+                self._warn(f"release_lease failed; the lease expires on its own: {describe(exc)}")
+        if scope.cancelled_caught:
+            self._warn(
+                f"release_lease abandoned after {bound}s (finalize_timeout); "
+                f"the lease expires on its own"
+            )
+
+
+async def run_leased(
+    parts: RunParts, sessions: SupportsLease, covered: bool, session_id: str, message: str
+) -> RunResult:
+    """One run holding the session's lease on ``sessions`` (``parts.sessions``); see ``Loop.run``.
+
+    ``covered``: the fenced view also fences appends (:func:`covers_appends`).
+
+    Raises:
+        SessionBusyError: the lease stayed taken for ``lease_wait``; nothing written.
+        LeaseLostError: the lease was taken over mid-run; nothing more written,
+            no finalize.
+    """
+    lease = await acquire(sessions, session_id, parts.config)
+    holder = LeaseHolder(sessions, lease, parts.config, parts.on_event)
+    try:
+        stores = run_stores(parts, sessions, lease, covered)
+        return await holder.run(Run(parts, stores, message), stores)
+    finally:
+        await holder.release()

@@ -1,0 +1,158 @@
+"""Ending a clause whose store never returns, or spins without ever yielding to trio.
+
+``trio.fail_after`` ends a call that awaits forever, but not one that spins
+in Python on the event-loop thread: a timeout is delivered at a checkpoint,
+and a spinning call reaches none. :func:`watched` adds a watchdog thread.
+When the deadline has passed and one task step has been running for more
+than :data:`GRACE` seconds, it raises :class:`StoreSpun` inside the trio
+thread with ``PyThreadState_SetAsyncExc``, which Python delivers between two
+bytecodes of whatever that thread runs: the spinning store code. It repeats
+every :data:`GRACE` seconds while the step goes on (a store that swallows
+``BaseException``).
+
+Out of reach, and documented as such: a spin inside one C call (a blocking
+``time.sleep``, a C extension's loop) gets the exception only when the call
+returns; a store that waits in a shielded cancel scope forever is neither
+cancellable nor spinning; code spinning on another thread is not the event
+loop's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import linecache
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+
+import trio
+
+GRACE = 0.25
+"""Seconds a task step may run past the deadline before it is interrupted as spinning."""
+
+_HERE = Path(__file__).resolve().parent
+_CLAUSES = _HERE / "_clauses"
+
+
+def _package(name: str) -> Path:
+    """Where package ``name`` lives, found without importing it (hypothesis imports pytest)."""
+    spec = importlib.util.find_spec(name)
+    origin = spec.origin if spec is not None and spec.origin else __file__
+    return Path(origin).resolve().parent
+
+
+_LIBRARY = (
+    _HERE,
+    *(_package(name) for name in ("trio", "outcome", "hypothesis")),
+    Path(threading.__file__).resolve().parent,  # the standard library
+)
+
+
+class StoreSpun(BaseException):
+    """Raised in the trio thread when a call ran past the deadline without yielding.
+
+    A ``BaseException``, so a store's ``except Exception`` does not swallow it.
+    """
+
+
+class _Watch(trio.abc.Instrument):
+    """Knows when the current task step started; its thread interrupts a step that overruns."""
+
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.monotonic() + seconds
+        self.thread_id = threading.get_ident()
+        self.step_started: float | None = time.monotonic()  # made inside a task step
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.fired = False
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.step_started = time.monotonic()
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        with self.lock:
+            self.step_started = None
+
+    def watch(self) -> None:
+        while not self.done.wait(GRACE / 2):
+            now = time.monotonic()
+            with self.lock:
+                started = self.step_started
+                if now >= self.deadline and started is not None and now - started >= GRACE:
+                    self.fired = True
+                    self.step_started = now  # again after another GRACE, if it goes on
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                        ctypes.c_ulong(self.thread_id), ctypes.py_object(StoreSpun)
+                    )
+
+
+@contextmanager
+def watched(seconds: float) -> Iterator[None]:
+    """Within ``trio.fail_after(seconds)``: also interrupt a task step spinning past it.
+
+    Raises:
+        trio.TooSlowError: the block awaited past ``seconds``.
+        StoreSpun: the block ran past ``seconds`` without yielding to trio.
+    """
+    watch = _Watch(seconds)
+    thread = threading.Thread(target=watch.watch, name="agentlooptest-watchdog", daemon=True)
+    trio.lowlevel.add_instrument(watch)
+    thread.start()
+    try:
+        with trio.fail_after(seconds):
+            yield
+    finally:
+        watch.done.set()
+        trio.lowlevel.remove_instrument(watch)
+
+
+def _frames(exc: BaseException) -> list[tuple[str, int, str]]:
+    """``(filename, line, qualified name)`` from the outermost frame to where ``exc`` was raised."""
+    frames: list[tuple[str, int, str]] = []
+    while True:
+        tb: TracebackType | None = exc.__traceback__
+        while tb is not None:
+            code = tb.tb_frame.f_code
+            frames.append((code.co_filename, tb.tb_lineno, code.co_qualname))
+            tb = tb.tb_next
+        if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            leaves: list[BaseException] = list(exc.exceptions)
+            exc = next((e for e in leaves if isinstance(e, StoreSpun)), leaves[0])
+            continue
+        return frames
+
+
+def _library(filename: str) -> bool:
+    path = Path(filename).resolve()
+    return filename.startswith("<") or any(path.is_relative_to(p) for p in _LIBRARY)
+
+
+def _show(frame: tuple[str, int, str]) -> str:
+    filename, line, name = frame
+    return f"{name} ({Path(filename).name}:{line})"
+
+
+def stalled_call(exc: BaseException) -> tuple[str, str]:
+    """What a stuck clause was doing when ``exc`` ended it: its line, and the store call.
+
+    The first is the clause's source line (``await store.get(sid)``); the
+    second names the first store (or harness) frame it called and, when
+    deeper, the one it was stuck in. Either is ``""`` when not found.
+    """
+    frames = _frames(exc)
+    clause_line = ""
+    for filename, line, _ in frames:
+        path = Path(filename).resolve()
+        if path.is_relative_to(_CLAUSES) and not path.name.startswith("_"):  # not a helper
+            clause_line = linecache.getline(filename, line).strip()
+    outside = [f for f in frames if not _library(f[0])]
+    if not outside:
+        return clause_line, ""
+    call = _show(outside[0])
+    if len(outside) > 1:
+        call += f", at {_show(outside[-1])}"
+    return clause_line, call

@@ -1,0 +1,58 @@
+"""The lease clauses: real expiry under any clock, and views covering another store's appends."""
+
+from __future__ import annotations
+
+import time
+
+import trio
+
+from agentloop import Lease, RunStep
+from agentloopmem import SessionStore, StepStore
+from agentloopmem._fenced import FencedStore
+from agentlooptest import Harness, certify
+from agentlooptest._clauses._leases import real_sleep
+
+
+async def test_real_sleep_waits_wall_clock_time_under_a_fake_clock(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Leases expire on the store's clock: a jumping trio clock must not cut the wait short."""
+    start = time.monotonic()
+    await real_sleep(0.1)
+    assert time.monotonic() - start >= 0.1
+
+
+async def _covering() -> SessionStore:
+    return SessionStore(steps=StepStore())
+
+
+async def test_a_view_covering_another_stores_appends_is_checked() -> None:
+    """A session store whose fenced view also appends (steps= given) passes; its appends are read
+    back through the view, since the session store itself has no last_n."""
+    report = await certify(Harness(new_session_store=_covering), pattern="session.fenced.*")
+    assert report.failed == (), "\n\n".join(r.message for r in report.failed)
+    assert [r.id for r in report.passed] == ["session.fenced.writes", "session.fenced.race"]
+
+
+class _UnfencedAppends(FencedStore):
+    """Fences session writes but appends to its step store unchecked."""
+
+    async def append(self, step: RunStep) -> None:
+        await self._steps.append(step)
+
+
+class _LeakyAppends(SessionStore):
+    def fenced(self, lease: Lease) -> FencedStore:
+        assert self._steps is not None
+        return _UnfencedAppends(self, self._steps, lease)
+
+
+async def _leaky() -> SessionStore:
+    return _LeakyAppends(steps=StepStore())
+
+
+async def test_an_unfenced_append_through_a_covering_view_is_caught() -> None:
+    """The old holder's append through a view of another store is refused, or the clause fails."""
+    report = await certify(Harness(new_session_store=_leaky), pattern="session.fenced.writes")
+    [failed] = report.failed
+    assert "append(<step 7 of 'f'>) through a's fenced view" in failed.message

@@ -1,0 +1,62 @@
+"""Failure messages read well: model-based programs as numbered calls; cancellation by the rules."""
+
+from __future__ import annotations
+
+import pytest
+from broken import sessions, steps
+from broken.catalogue import _factory
+
+import agentlooptest._clauses._machines
+from agentloop import FinalizeSummary
+from agentlooptest import Harness, certify
+
+
+@pytest.fixture(autouse=True)
+def _quick_shrink(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(agentlooptest._clauses._machines, "SHRINK_SECONDS", 3)
+
+
+async def test_a_model_based_failure_is_a_numbered_program() -> None:
+    """The shrunk program is a numbered list of store calls ending at the first divergence."""
+    report = await certify(
+        Harness(new_step_store=_factory(steps.WindowMath)), pattern="step.model-based"
+    )
+    message = report.result("step.model-based").message
+    assert "call by call:\n              1. append(RunStep(" in message
+    assert "<- the first result that differs from the model" in message
+    assert "  expected: last_n(" in message
+    assert "to return what the model says: " in message
+    for noise in ("Failing test case", "_machines.py", "state = ", "Explanation"):
+        assert noise not in message
+
+
+class _FinalizeDropsData(sessions.GoodSessions):
+    """finalize forgets the session's data (a row rewritten without it)."""
+
+    async def finalize(self, session_id: str, summary: FinalizeSummary) -> None:
+        await super().finalize(session_id, summary)
+        record = self.records[session_id]
+        record.session = record.session.with_data(None)
+
+
+async def test_cancellation_expectations_come_from_the_rules() -> None:
+    """A store whose uncancelled write is wrong is not shown its own state as "expected"."""
+    report = await certify(
+        Harness(new_session_store=_factory(_FinalizeDropsData)), pattern="session.cancel.writes"
+    )
+    message = report.result("session.cancel.writes").message
+    expected = next(line for line in message.splitlines() if line.startswith("  expected:"))
+    assert "'data': {'before': 1}" in expected
+    assert "'data': None" not in expected.partition(" or ")[2]
+    assert "hint:     two round trips without a transaction" in message
+
+
+async def test_a_failure_ends_with_the_clauses_hint() -> None:
+    """A clause that knows the usual cause names it on the failure's last line."""
+    report = await certify(
+        Harness(new_step_store=_factory(steps.OldestN)), pattern="step.window.newest-n"
+    )
+    message = report.result("step.window.newest-n").message
+    assert message.splitlines()[-1] == (
+        "  hint:     LIMIT n in ascending order: the oldest n, not the newest"
+    )
