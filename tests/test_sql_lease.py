@@ -352,6 +352,7 @@ async def test_postgres_version_3_schema_migrates_and_leases(
         await kit.store.update_data("s", "[1]")
         await kit.store.aclose()
         kit.raw("DROP TABLE {s}.leases")
+        kit.raw("DROP TABLE IF EXISTS {s}.revision_floors")  # a later version's table
         kit.raw("UPDATE {s}.schema_version SET version = 3")
         async with kit.second_handle() as store:
             assert (await store.get("s")).data == "[1]"
@@ -366,6 +367,7 @@ async def test_postgres_foreign_lease_table_refused(tmp_path: Path, postgres_dsn
     async with open_kit(Backend("postgres", postgres_dsn), tmp_path, pool_size=1) as kit:
         await kit.store.aclose()
         kit.raw("DROP TABLE {s}.leases")
+        kit.raw("DROP TABLE IF EXISTS {s}.revision_floors")
         kit.raw("CREATE TABLE {s}.leases (theirs text)")
         kit.raw("UPDATE {s}.schema_version SET version = 3")
         with pytest.raises(StoreError, match=r"is version 3 but already has 'leases'"):
