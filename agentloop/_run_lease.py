@@ -6,6 +6,7 @@ See "The loop and session leases" in ``docs/decisions.md``.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import random
 import secrets
@@ -74,12 +75,7 @@ async def acquire(sessions: SupportsLease, session_id: str, config: LoopConfig) 
     deadline = trio.current_time() + config.lease_wait
     delay = _FIRST_POLL
     while True:
-        try:
-            lease = await sessions.acquire_lease(session_id, owner, config.lease_ttl)
-        except Exception as exc:
-            raise StoreError(
-                f"acquire_lease failed for session {session_id!r}: {describe_message(exc)}"
-            ) from exc
+        lease = await _acquire_once(sessions, session_id, owner, config, deadline)
         if lease is not None:
             if not isinstance(lease, Lease):
                 raise StoreError(
@@ -95,6 +91,32 @@ async def acquire(sessions: SupportsLease, session_id: str, config: LoopConfig) 
             )
         await trio.sleep(min(delay * random.uniform(0.5, 1.0), left))
         delay = min(delay * 2, _LAST_POLL)
+
+
+async def _acquire_once(
+    sessions: SupportsLease, session_id: str, owner: str, config: LoopConfig, deadline: float
+) -> Lease | None:
+    """One ``acquire_lease`` call, cancelled at ``deadline`` when ``lease_wait`` > 0.
+
+    A store that cannot answer (a file locked by another process) so counts
+    against ``lease_wait``: acquiring takes at most ``lease_wait`` plus one poll
+    interval (the last try, made at the deadline, gets that long). With
+    ``lease_wait=0`` the one try is bounded by the store's own timeout.
+    """
+    now = trio.current_time()
+    bound = max(deadline, now + _LAST_POLL) if config.lease_wait > 0 else math.inf
+    try:
+        with trio.CancelScope(deadline=bound) as scope:
+            return await sessions.acquire_lease(session_id, owner, config.lease_ttl)
+    except Exception as exc:
+        raise StoreError(
+            f"acquire_lease failed for session {session_id!r}: {describe_message(exc)}"
+        ) from exc
+    assert scope.cancelled_caught
+    raise StoreError(
+        f"acquire_lease did not finish within lease_wait ({config.lease_wait}s) for session "
+        f"{session_id!r}: the store did not answer in time; nothing was written"
+    )
 
 
 def run_stores(parts: RunParts, sessions: SupportsLease, lease: Lease, covered: bool) -> RunStores:

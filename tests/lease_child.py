@@ -90,7 +90,14 @@ async def runs(store: SqliteStore | PostgresStore, tag: str, count: int, ids: li
         except Exception as exc:
             failure = exc
         print(
-            json.dumps({"tag": run_tag, "session": session, "outcome": outcome(failure)}),
+            json.dumps(
+                {
+                    "tag": run_tag,
+                    "session": session,
+                    "outcome": outcome(failure),
+                    "detail": "" if failure is None else str(failure)[:300],
+                }
+            ),
             flush=True,
         )
 

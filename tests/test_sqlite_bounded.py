@@ -24,7 +24,9 @@ from agentloop import (
     FinalizeSummary,
     Loop,
     LoopConfig,
+    Model,
     ModelReply,
+    ModelRequest,
     RunStatus,
     RunStep,
     ScriptedModel,
@@ -211,32 +213,47 @@ class TestBusyTimeoutHonoured:
             assert [s.step_index for s in await store.all("s")] == [0]
 
 
-def loop_on(store: SqliteStore, run_timeout: float = 0.5) -> Loop:
-    config = LoopConfig(run_timeout=run_timeout, finalize_timeout=1.0)
-    model = ScriptedModel([ModelReply(content="hello")])
+def loop_on(store: SqliteStore, run_timeout: float = 0.5, model: Model | None = None) -> Loop:
+    """A one-reply Loop (``lease_wait`` 0.5 s, ``finalize_timeout`` 1 s)."""
+    config = LoopConfig(run_timeout=run_timeout, finalize_timeout=1.0, lease_wait=0.5)
+    if model is None:
+        model = ScriptedModel([ModelReply(content="hello")])
     return Loop(model=model, steps=store, sessions=store, config=config)
+
+
+class LockingModel:
+    """A one-reply model that takes ``path``'s write lock (``BEGIN IMMEDIATE``, another
+    connection) before it answers: the run holds its lease and its user step is stored."""
+
+    def __init__(self, path: str) -> None:
+        self.inner = ScriptedModel([ModelReply(content="hello")])
+        self.other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        self.other.execute("BEGIN IMMEDIATE")
+        return await self.inner.complete(request)
 
 
 class TestLoopOnLockedStore:
     async def test_run_times_out_within_its_bounds(self, db: str) -> None:
         """Locked past run_timeout, released within finalize_timeout: status timeout, on time."""
         async with await SqliteStore.open(db, busy_timeout=0.8) as store:
-            with write_locked(db) as other:
-                loop = loop_on(store)
-                started = time.monotonic()
-                async with trio.open_nursery() as nursery:
-                    result = None
+            model = LockingModel(db)
+            loop = loop_on(store, model=model)
+            started = time.monotonic()
+            async with trio.open_nursery() as nursery:
+                result = None
 
-                    async def run() -> None:
-                        nonlocal result
-                        result = await loop.run("s", "hi")
+                async def run() -> None:
+                    nonlocal result
+                    result = await loop.run("s", "hi")
 
-                    nursery.start_soon(run)
-                    # Past run_timeout and the first append's busy_timeout, well
-                    # before the recording's: 0.5 + 0.8 s.
-                    await trio.sleep(0.9)
-                    release(other)
-                elapsed = time.monotonic() - started
+                nursery.start_soon(run)
+                # Past run_timeout and the response append's busy_timeout, well
+                # before the recording's: 0.5 + 0.8 s.
+                await trio.sleep(0.9)
+                release(model.other)
+            elapsed = time.monotonic() - started
             assert result is not None
             assert result.status is RunStatus.timeout
             assert elapsed < 1.5 + SLACK
@@ -244,17 +261,35 @@ class TestLoopOnLockedStore:
             assert final is not None
             assert final.status is RunStatus.timeout
             kinds = [s.step_type.value for s in await store.all("s")]
-            assert kinds == ["error"]  # the user step was cancelled whole
+            assert kinds == ["user", "error"]  # the response step was cancelled whole
 
     async def test_run_locked_throughout_gives_up_at_its_bound(self, db: str) -> None:
-        """Locked for good: the run ends after run_timeout + finalize_timeout, not busy_timeout."""
+        """Locked for good mid-run: the run ends after run_timeout + finalize_timeout (and the
+        lease release's own finalize_timeout), not busy_timeout."""
+        async with await SqliteStore.open(db, busy_timeout=LONG_BUSY) as store:
+            model = LockingModel(db)
+            loop = loop_on(store, model=model)
+            started = time.monotonic()
+            try:
+                with pytest.raises(StoreError, match="did not finish within finalize_timeout"):
+                    await loop.run("s", "hi")
+                elapsed = time.monotonic() - started
+            finally:
+                release(model.other)
+            assert elapsed < 0.5 + 1.0 + 1.0 + SLACK
+            assert [s.step_type.value for s in await store.all("s")] == ["user"]
+            assert await store.final("s") is None
+
+    async def test_lease_wait_bounds_acquiring_on_a_locked_store(self, db: str) -> None:
+        """Locked before the run: acquiring its lease gives up at lease_wait, not busy_timeout,
+        having written nothing."""
         async with await SqliteStore.open(db, busy_timeout=LONG_BUSY) as store:
             with write_locked(db):
                 started = time.monotonic()
-                with pytest.raises(StoreError, match="did not finish within finalize_timeout"):
+                with pytest.raises(StoreError, match="did not finish within lease_wait"):
                     await loop_on(store).run("s", "hi")
                 elapsed = time.monotonic() - started
-            assert elapsed < 1.5 + SLACK
+            assert elapsed < 0.5 + SLACK
             await assert_untouched(store)
 
     async def test_cancelled_run_on_store_locked_by_another_process(self, db: str) -> None:
