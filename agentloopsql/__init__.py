@@ -4,15 +4,14 @@
 (``psycopg`` 3, installed by the ``agentloop[postgres]`` extra) each
 implement ``StepStore``, ``SessionStore`` and every optional capability in
 one object. Every write is committed when it returns; each class docstring
-says what that survives. Both grant session leases across processes;
-``fenced(lease)`` returns a ``FencedSqlStore``. ``agentloopsql.testing`` holds ready-made
-conformance harnesses for both.
+says what that survives. Both grant session leases across processes, and
+``fenced(lease)`` returns a view that is the whole store.
+``agentloopsql.testing`` holds ready-made conformance harnesses for both.
 """
 
 from __future__ import annotations
 
-from agentloopsql._fenced import FencedSqlStore
 from agentloopsql._postgres import PostgresStore
 from agentloopsql._sqlite import SqliteStore
 
-__all__ = ["FencedSqlStore", "PostgresStore", "SqliteStore"]
+__all__ = ["PostgresStore", "SqliteStore"]
