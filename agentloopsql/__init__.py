@@ -4,8 +4,9 @@
 (``psycopg`` 3, installed by the ``agentloop[postgres]`` extra) each
 implement ``StepStore``, ``SessionStore`` and every optional capability in
 one object. Every write is committed when it returns; each class docstring
-says what that survives. ``agentloopsql.testing`` holds ready-made
-conformance harnesses for both.
+says what that survives. Both grant session leases across processes, and
+``fenced(lease)`` returns a view that is the whole store.
+``agentloopsql.testing`` holds ready-made conformance harnesses for both.
 """
 
 from __future__ import annotations
