@@ -179,10 +179,10 @@ class Loop:
         the messages and the working memory → append the ``user`` step →
         compaction (if a compactor was given) → iterate: call the model; each
         tool call is a ``tool_call`` step and, once the tool ran, a
-        ``tool_result`` step; a reply without tool calls is the ``response``
-        step and completes the run → ``finalize`` once. Step indices continue
-        from the last stored step. Runs of one session on this ``Loop``
-        never interleave; different sessions run concurrently.
+        ``tool_result`` step (a reply's calls are one ``append_all`` batch); a
+        reply without tool calls is the ``response`` step and completes the run
+        → ``finalize`` once. Step indices continue from the last stored step.
+        Runs of one session on this ``Loop`` never interleave.
 
         Unknown tools, malformed arguments and tool exceptions become
         ``Error:`` tool results and the run goes on. ``max_iterations``,
@@ -221,7 +221,7 @@ class Loop:
         **Cancellation**: the run stops, records ``finalize(cancelled)`` in a
         shielded scope bounded by ``finalize_timeout``, then ``Cancelled``
         propagates; a finalize abandoned at that bound is a ``LoopWarning``.
-        Steps appended before the cancellation stay. A run cancelled while it
+        Steps appended before it stay. A run cancelled while it
         waits for its session lock has not started and records nothing.
         """
         validate_session_id(session_id)

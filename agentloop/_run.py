@@ -211,17 +211,22 @@ class Run:
     async def _use_tools(self, reply: ModelReply, seconds: float) -> None:
         record = self._record
         first_index = record.next_index
+        batch = []
         for position, call in enumerate(reply.tool_calls):
             first = position == 0
             content, args = tool_call_fields(call, reply.content if first else "")
-            await record.append(
-                StepType.tool_call,
-                content,
-                args,
-                seconds=seconds if first else 0.0,
-                prompt_tokens=reply.prompt_tokens if first else 0,
-                completion_tokens=reply.completion_tokens if first else 0,
+            batch.append(
+                record.next_step(
+                    StepType.tool_call,
+                    content,
+                    args,
+                    seconds=seconds if first else 0.0,
+                    prompt_tokens=reply.prompt_tokens if first else 0,
+                    completion_tokens=reply.completion_tokens if first else 0,
+                    offset=position,
+                )
             )
+        await record.append_batch(batch)  # every call of the reply, or none of them
         self._conversation.add(
             Message(role="assistant", content=reply.content, tool_calls=reply.tool_calls),
             first_index,

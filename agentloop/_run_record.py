@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import trio
@@ -78,6 +78,45 @@ class RunRecord:
         self.prompt_tokens += prompt
         self.completion_tokens += completion
 
+    def next_step(
+        self,
+        kind: StepType,
+        content: str = "",
+        tool_args: str = "{}",
+        *,
+        seconds: float = 0.0,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+        offset: int = 0,
+    ) -> RunStep:
+        """The step ``offset`` places after the run's next one, built but not appended.
+
+        Raises:
+            StoreError: its index would pass ``INT32_MAX``, the last index a
+                step can have; nothing was appended.
+        """
+        index = self.next_index + offset
+        if index > INT32_MAX:
+            raise StoreError(
+                f"append failed for session {self._stores.session_id!r}: the session's last "
+                f"step_index is {INT32_MAX}, the largest a step can have (int32); "
+                f"no step can be appended"
+                if offset == 0
+                else f"append_many failed for session {self._stores.session_id!r}: the batch "
+                f"needs step_index {index}, past {INT32_MAX}, the largest a step can have "
+                f"(int32); no step of it was appended"
+            )
+        return RunStep(
+            session_id=self._stores.session_id,
+            step_index=index,
+            step_type=kind,
+            content=content,
+            tool_args=tool_args,
+            duration_ms=_ms(seconds),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+        )
+
     async def append(
         self,
         kind: StepType,
@@ -94,27 +133,48 @@ class RunRecord:
             StoreError: the append failed, or the session already holds a step
                 at the last index a step can have (``INT32_MAX``).
         """
-        if self.next_index > INT32_MAX:
-            raise StoreError(
-                f"append failed for session {self._stores.session_id!r}: the session's last "
-                f"step_index is {INT32_MAX}, the largest a step can have (int32); "
-                f"no step can be appended"
-            )
-        step = RunStep(
-            session_id=self._stores.session_id,
-            step_index=self.next_index,
-            step_type=kind,
-            content=content,
-            tool_args=tool_args,
-            duration_ms=_ms(seconds),
+        step = self.next_step(
+            kind,
+            content,
+            tool_args,
+            seconds=seconds,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
         )
         await self._stores.append(step)
+        self._appended(step)
+        return step.step_index
+
+    async def append_batch(self, steps: Sequence[RunStep]) -> None:
+        """Append ``steps`` (from :meth:`next_step`, offsets ``0..len - 1``) as one batch.
+
+        With a step store that has ``append_many`` the batch is all or nothing;
+        every step is counted before any ``StepAppended`` is emitted, so an
+        ``on_event`` that raises cannot make ``step_count`` miss a stored step.
+        Without it the steps are appended one call at a time, each counted
+        and announced as it lands, exactly as :meth:`append` does.
+
+        Raises:
+            StoreError: the append (or ``append_many``) failed.
+
+        **Cancellation**: with ``append_many``, none of the steps was appended;
+        without it, a prefix may have been.
+        """
+        if not self._stores.atomic_batches:
+            for step in steps:
+                await self._stores.append(step)
+                self._appended(step)
+            return
+        await self._stores.append_many(steps)
+        self.next_index += len(steps)
+        self.steps_appended += len(steps)
+        for step in steps:
+            self._emit(StepAppended(step))
+
+    def _appended(self, step: RunStep) -> None:
         self.next_index += 1
         self.steps_appended += 1
         self._emit(StepAppended(step))
-        return step.step_index
 
     # -- the end -----------------------------------------------------------------------------
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from agentloop._batch import append_all
 from agentloop._describe import describe_message
 from agentloop._errors import LeaseLostError, StoreError
+from agentloop._protocols import SupportsAppendMany
 
 if TYPE_CHECKING:
     from agentloop._protocols import SessionStore, StepStore
@@ -27,13 +29,25 @@ class RunStores:
     write raises ``LeaseLostError`` without calling the store.
     """
 
-    __slots__ = ("lease_lost", "session_id", "sessions", "steps")
+    __slots__ = ("_batches", "lease_lost", "session_id", "sessions", "steps")
 
     def __init__(self, steps: StepStore, sessions: SessionStore, session_id: str) -> None:
         self.steps = steps
         self.sessions = sessions
         self.session_id = session_id
         self.lease_lost: LeaseLostError | None = None  # set once the run's lease is lost
+        self._batches: bool | None = None  # whether ``steps`` has append_many, once asked
+
+    @property
+    def atomic_batches(self) -> bool:
+        """Whether the step store has ``append_many`` (``SupportsAppendMany``).
+
+        Asked once per run, on the first batch (runs without one never pay for
+        the protocol check).
+        """
+        if self._batches is None:
+            self._batches = isinstance(self.steps, SupportsAppendMany)
+        return self._batches
 
     def _refused(self, operation: str) -> LeaseLostError:
         return LeaseLostError(
@@ -74,6 +88,22 @@ class RunStores:
             raise
         except Exception as exc:
             raise self._failed("append", exc) from exc
+
+    async def append_many(self, steps: Sequence[RunStep]) -> None:
+        """Append ``steps`` (built for this session) with ``append_all``.
+
+        The loop calls this only when :attr:`atomic_batches`: one ``append_many``
+        call, all or nothing.
+        """
+        if self.lease_lost is not None:
+            raise self._refused("append_many") from self.lease_lost
+        try:
+            await append_all(self.steps, steps)
+        except LeaseLostError as exc:
+            self.lease_lost = exc
+            raise
+        except Exception as exc:
+            raise self._failed("append_many", exc) from exc
 
     async def update_data(self, data: str) -> None:
         """Replace the session's working memory with the JSON text ``data``."""

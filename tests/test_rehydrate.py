@@ -125,6 +125,42 @@ class TestReplay:
             Message("user", "next"),
         ]
 
+    def test_calls_interleaved_with_results_replay_as_one_turn_each(self) -> None:
+        """A trace written call, result, call, result (another writer's order) stays valid."""
+        a, b = ToolCall("a", "f", "{}"), ToolCall("b", "g", "{}")
+        steps = [
+            step(0, "user", "hi"),
+            *call_steps(1, a, "ra", "thinking"),
+            *call_steps(3, b, "rb"),
+            step(5, "response", "done"),
+        ]
+        messages, sources = replay(steps)
+        assert messages == [
+            Message("user", "hi"),
+            Message("assistant", "thinking", (a,)),
+            Message("tool", "ra", tool_call_id="a"),
+            Message("assistant", "", (b,)),
+            Message("tool", "rb", tool_call_id="b"),
+            Message("assistant", "done"),
+        ]
+        assert sources == [0, 1, 2, 3, 4, 5]
+
+    def test_a_batch_of_calls_never_answered_keeps_only_the_reply_text(self) -> None:
+        """A whole batch stored but no result (the run stopped): only the reply's text replays."""
+        a, b = ToolCall("a", "f", "{}"), ToolCall("b", "f", "{}")
+        steps = [
+            step(0, "user", "hi"),
+            step(1, "tool_call", *tool_call_fields(a, "looking")),
+            step(2, "tool_call", *tool_call_fields(b)),
+            step(3, "user", "again"),
+        ]
+        messages, _ = replay(steps)
+        assert messages == [
+            Message("user", "hi"),
+            Message("assistant", "looking"),
+            Message("user", "again"),
+        ]
+
     def test_next_step_index(self) -> None:
         """Next index is the last stored step's index + 1, or 0."""
         assert next_step_index([]) == 0
