@@ -19,7 +19,7 @@ from agentloop._describe import describe
 from agentloop._errors import StoreError
 from agentloop._events import Event, Finalized, LoopWarning, StepAppended
 from agentloop._types import FinalizeSummary, RunStatus, RunStep, StepType
-from agentloop._validate import INT32_MAX
+from agentloop._validate import INT32_MAX, trusted_builder
 
 if TYPE_CHECKING:
     from agentloop._config import LoopConfig
@@ -35,6 +35,13 @@ def _int32(value: int) -> int:
     return min(value, INT32_MAX)
 
 
+# The loop's own steps, summaries and results are built from values checked already
+# (see "The loop builds its own values without re-checking them" in docs/decisions.md).
+_build_step = trusted_builder(RunStep)
+_build_summary = trusted_builder(FinalizeSummary)
+_build_result = trusted_builder(RunResult)
+
+
 class RunRecord:
     """The steps, tokens and final status one run records, on success and on failure."""
 
@@ -44,11 +51,14 @@ class RunRecord:
         config: LoopConfig,
         memory: WorkingMemory,
         emit: Callable[[Event], None],
+        *,
+        watched: bool = True,
     ) -> None:
         self._stores = stores
         self._config = config
         self._memory = memory
         self._emit = emit
+        self._watched = watched  # False: no on_event, so no StepAppended is built
         self.started = trio.current_time()
         self.steps_appended = 0
         self.prompt_tokens = 0
@@ -106,15 +116,17 @@ class RunRecord:
                 f"needs step_index {index}, past {INT32_MAX}, the largest a step can have "
                 f"(int32); no step of it was appended"
             )
-        return RunStep(
-            session_id=self._stores.session_id,
-            step_index=index,
-            step_type=kind,
-            content=content,
-            tool_args=tool_args,
-            duration_ms=_ms(seconds),
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
+        # Every value is checked: the run's session id and message, model replies,
+        # tool outputs, compactions, the loop's own JSON and texts, clamped ints.
+        return _build_step(
+            self._stores.session_id,
+            index,
+            kind,
+            content,
+            tool_args,
+            _ms(seconds),
+            prompt_tokens,
+            completion_tokens,
         )
 
     async def append(
@@ -168,13 +180,15 @@ class RunRecord:
         await self._stores.append_many(steps)
         self.next_index += len(steps)
         self.steps_appended += len(steps)
-        for step in steps:
-            self._emit(StepAppended(step))
+        if self._watched:
+            for step in steps:
+                self._emit(StepAppended(step))
 
     def _appended(self, step: RunStep) -> None:
         self.next_index += 1
         self.steps_appended += 1
-        self._emit(StepAppended(step))
+        if self._watched:
+            self._emit(StepAppended(step))
 
     # -- the end -----------------------------------------------------------------------------
 
@@ -185,13 +199,13 @@ class RunRecord:
         return self.started + self._config.run_timeout
 
     def _summary(self, status: RunStatus) -> FinalizeSummary:
-        return FinalizeSummary(
-            status=status,
-            prompt_tokens=_int32(self.prompt_tokens),
-            completion_tokens=_int32(self.completion_tokens),
-            step_count=_int32(self.steps_appended),
-            duration_ms=_ms(trio.current_time() - self.started),
-            data_bytes_carried=self._memory.bytes_carried,
+        return _build_summary(  # a member, clamped counters, a byte count (<= int64)
+            status,
+            _int32(self.prompt_tokens),
+            _int32(self.completion_tokens),
+            _int32(self.steps_appended),
+            _ms(trio.current_time() - self.started),
+            self._memory.bytes_carried,
         )
 
     async def finish(self, status: RunStatus, text: str) -> RunResult:
@@ -204,13 +218,13 @@ class RunRecord:
         self._finalize_tried = status
         await self._stores.finalize(summary)
         self._announce_finalized(summary)
-        return RunResult(
-            status=status,
-            text=text,
-            steps=summary.step_count,
-            prompt_tokens=summary.prompt_tokens,
-            completion_tokens=summary.completion_tokens,
-            duration_ms=summary.duration_ms,
+        return _build_result(  # ``text``: a checked reply's content, or ""
+            status,
+            text,
+            summary.step_count,
+            summary.prompt_tokens,
+            summary.completion_tokens,
+            summary.duration_ms,
         )
 
     async def record_timeout(self) -> RunResult:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from agentloop._batch import append_all
 from agentloop._describe import describe_message
@@ -13,6 +13,22 @@ from agentloop._protocols import SupportsAppendMany
 if TYPE_CHECKING:
     from agentloop._protocols import SessionStore, StepStore
     from agentloop._types import FinalizeSummary, RunStep, Session
+
+
+_BATCHING: dict[type, bool] = {}  # store type -> has ``append_many``, asked once per type
+
+
+def has_append_many(store: object) -> bool:
+    """Whether ``store`` is ``SupportsAppendMany``, decided once per store type.
+
+    ``isinstance`` against a runtime-checkable protocol inspects the class on
+    every call (several microseconds); a store's capabilities are its class's.
+    """
+    kind = type(store)
+    known = _BATCHING.get(kind)
+    if known is None:
+        known = _BATCHING[kind] = isinstance(store, SupportsAppendMany)
+    return known
 
 
 class RunStores:
@@ -40,13 +56,9 @@ class RunStores:
 
     @property
     def atomic_batches(self) -> bool:
-        """Whether the step store has ``append_many`` (``SupportsAppendMany``).
-
-        Asked once per run, on the first batch (runs without one never pay for
-        the protocol check).
-        """
+        """Whether the step store has ``append_many`` (``SupportsAppendMany``)."""
         if self._batches is None:
-            self._batches = isinstance(self.steps, SupportsAppendMany)
+            self._batches = has_append_many(self.steps)
         return self._batches
 
     def _refused(self, operation: str) -> LeaseLostError:
@@ -90,15 +102,20 @@ class RunStores:
             raise self._failed("append", exc) from exc
 
     async def append_many(self, steps: Sequence[RunStep]) -> None:
-        """Append ``steps`` (built for this session) with ``append_all``.
+        """Append ``steps`` (built for this session) as ``append_all`` would.
 
-        The loop calls this only when :attr:`atomic_batches`: one ``append_many``
-        call, all or nothing.
+        The loop calls this only when :attr:`atomic_batches`: one
+        ``append_many`` call, all or nothing. The steps are the loop's own,
+        already checked, and the capability is known: ``append_all`` would
+        only check both again (``append_all`` itself serves any other store).
         """
         if self.lease_lost is not None:
             raise self._refused("append_many") from self.lease_lost
         try:
-            await append_all(self.steps, steps)
+            if self.atomic_batches:
+                await cast("SupportsAppendMany", self.steps).append_many(steps)
+            else:
+                await append_all(self.steps, steps)
         except LeaseLostError as exc:
             self.lease_lost = exc
             raise

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from agentloop import CompactionCheckpoint, Message, RunStep, StepType, ToolCall
 from agentloop._rehydrate import (
     Conversation,
@@ -261,3 +264,27 @@ class TestRecordingFormat:
             Message("assistant", "", (ToolCall("step-0", "unknown", '{"q": 1}'),)),
             Message("tool", "out", tool_call_id="step-0"),
         ]
+
+
+_NAMES = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1
+)
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",)))
+
+
+@given(call_id=_NAMES, name=_NAMES, text=_TEXT, args=st.sampled_from(['{"a": 1}', "{bad", "[]"]))
+def test_recorded_heads_are_what_json_dumps_makes(
+    call_id: str, name: str, text: str, args: str
+) -> None:
+    """The loop's hand-built heads are byte for byte json.dumps(head, ensure_ascii=False)."""
+    call = ToolCall(call_id, name, args)
+    head = {"id": call_id, "name": name} | ({"text": text} if text else {})
+    malformed = args == "{bad"
+    if malformed:
+        head["raw_args"] = args
+    expected = (json.dumps(head, ensure_ascii=False), "{}" if malformed else args)
+    assert tool_call_fields(call, text) == expected
+    assert tool_call_fields(call, text, malformed=malformed) == expected
+    assert tool_result_args(call) == json.dumps(
+        {"tool_call_id": call_id, "name": name}, ensure_ascii=False
+    )
