@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING
 
 import attrs
@@ -29,6 +28,19 @@ if TYPE_CHECKING:
 class _SessionLock:
     lock: trio.Lock = attrs.field(factory=trio.Lock)
     users: int = 0
+
+
+async def _acquire(lock: trio.Lock) -> None:
+    """``lock.acquire()``, without its scheduler round trip when the lock is free.
+
+    The run that follows checkpoints at every store call; a cancellation already
+    pending is still raised here, before the lock is taken.
+    """
+    await trio.lowlevel.checkpoint_if_cancelled()
+    try:
+        lock.acquire_nowait()  # fails while another run holds it or waits for it
+    except trio.WouldBlock:
+        await lock.acquire()
 
 
 def _check_on_event(on_event: object) -> None:
@@ -156,42 +168,47 @@ class Loop:
         """The loop's settings."""
         return self._parts.config
 
-    @asynccontextmanager
-    async def _session_lock(self, session_id: str) -> AsyncIterator[None]:
-        # One lock per session with a waiter, dropped when the last run lets go,
-        # so a long-lived Loop does not keep a lock for every session it ever ran.
+    # One lock per session with a waiter, dropped when the last run lets go, so a
+    # long-lived Loop keeps no lock for every session it ever ran. Taken inline in
+    # ``run``: an async context manager costs a short run more.
+    def _hold(self, session_id: str) -> _SessionLock:
         entry = self._locks.get(session_id)
         if entry is None:
             entry = self._locks[session_id] = _SessionLock()
         entry.users += 1
-        try:
-            async with entry.lock:
-                yield
-        finally:
-            entry.users -= 1
-            if entry.users == 0:
-                del self._locks[session_id]
+        return entry
+
+    def _let_go(self, session_id: str, entry: _SessionLock) -> None:
+        entry.users -= 1
+        if entry.users == 0:
+            del self._locks[session_id]
+
+    def _start(self, session_id: str, message: str) -> Awaitable[RunResult]:
+        """The run itself, leased when the session store has leases (no extra frame)."""
+        if self._leases is not None:
+            return run_leased(self._parts, self._leases, self._covered, session_id, message)
+        stores = RunStores(self._parts.steps, self._parts.sessions, session_id)
+        return Run(self._parts, stores, message).execute()
 
     async def run(self, session_id: str, message: str) -> RunResult:
         """Run the agent on ``message`` for the session and return how the run ended.
 
-        In order: ``get`` the session → ``last_n(history_window)`` → rehydrate
-        the messages and the working memory → append the ``user`` step →
-        compaction (if a compactor was given) → iterate: call the model; each
-        tool call is a ``tool_call`` step and, once the tool ran, a
-        ``tool_result`` step; a reply without tool calls is the ``response``
-        step and completes the run → ``finalize`` once. Step indices continue
-        from the last stored step. Runs of one session on this ``Loop``
-        never interleave; different sessions run concurrently.
+        In order: ``get`` the session → ``last_n(history_window)`` → rehydrate the
+        messages and the working memory → append the ``user`` step → compaction (if
+        a compactor was given) → iterate: call the model; each tool call is a
+        ``tool_call`` step and, once the tool ran, a ``tool_result`` step (a reply's
+        calls are one ``append_all`` batch); a reply without tool calls is the
+        ``response`` step and completes the run → ``finalize`` once. Step indices continue
+        from the last stored step. Runs of one session on this ``Loop`` never interleave.
 
         Unknown tools, malformed arguments and tool exceptions become
         ``Error:`` tool results and the run goes on. ``max_iterations``,
         ``token_budget`` and ``run_timeout`` end the run with an ``error`` step
         and the matching status (``RunResult.text`` is then ``""``).
 
-        A leased run takes the session's lease first (waiting up to
-        ``lease_wait``), renews it every ``lease_ttl / 3`` and releases it at
-        the end, shielded and bounded by ``finalize_timeout``.
+        A leased run takes the session's lease first (waiting up to ``lease_wait``),
+        renews it every ``lease_ttl / 3`` and releases it at the end, shielded
+        and bounded by ``finalize_timeout``.
 
         Raises:
             TypeError, ValueError: ``session_id`` or ``message`` is invalid.
@@ -214,21 +231,22 @@ class Loop:
         ``StoreError`` naming the operation that hung is raised (``__cause__``:
         ``trio.TooSlowError``) and nothing more is tried.
 
-        Session data the loop cannot read back (a buggy store) is a
-        ``LoopWarning``: the run starts with empty working memory and leaves
-        the stored text alone until a tool writes.
-
         **Cancellation**: the run stops, records ``finalize(cancelled)`` in a
         shielded scope bounded by ``finalize_timeout``, then ``Cancelled``
         propagates; a finalize abandoned at that bound is a ``LoopWarning``.
-        Steps appended before the cancellation stay. A run cancelled while it
-        waits for its session lock has not started and records nothing.
+        Steps appended before it stay. A run cancelled while it waits for its
+        session lock has not started and records nothing. Session data the loop
+        cannot read back is a ``LoopWarning``: the run starts with empty working
+        memory and leaves the stored text alone until a tool writes.
         """
         validate_session_id(session_id)
         check_text(message, "message")
-        async with self._session_lock(session_id):
-            parts = self._parts
-            if self._leases is not None:
-                return await run_leased(parts, self._leases, self._covered, session_id, message)
-            stores = RunStores(parts.steps, parts.sessions, session_id)
-            return await Run(parts, stores, message).execute()
+        entry = self._hold(session_id)
+        try:
+            await _acquire(entry.lock)
+            try:
+                return await self._start(session_id, message)
+            finally:
+                entry.lock.release()
+        finally:
+            self._let_go(session_id, entry)

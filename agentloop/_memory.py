@@ -12,6 +12,9 @@ if TYPE_CHECKING:
     from agentloop._run_stores import RunStores
 
 
+_canonical = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+
+
 def canonical_json(data: Any) -> str:
     """The JSON text persisted for a working-memory value (JSON ``null`` for ``None``).
 
@@ -22,7 +25,7 @@ def canonical_json(data: Any) -> str:
         TypeError, ValueError: ``data`` is not JSON-encodable.
         RecursionError: ``data`` is nested too deeply to encode.
     """
-    return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return _canonical(data)
 
 
 class WorkingMemory:
@@ -86,8 +89,11 @@ class WorkingMemory:
                 holds NUL or lone surrogates no store can keep); it is put back
                 to the last loaded or stored value.
         """
+        data = self.context.data
+        if data.__class__ is dict and not data and self._baseline == "{}":
+            return None  # still the empty object: nothing to encode
         try:
-            canonical = canonical_json(self.context.data)
+            canonical = canonical_json(data)
             if canonical == self._baseline:
                 return None
             return canonical, parse_json(canonical, "data")

@@ -28,24 +28,36 @@ from agentloop._model import Message, ToolCall, trusted_message
 from agentloop._types import CompactionCheckpoint, RunStep, StepType
 from agentloop._validate import INT32_MAX, has_lone_surrogate, parse_json
 
+_string = json.encoder.encode_basestring  # a JSON string, as json.dumps(ensure_ascii=False)
 
-def tool_call_fields(call: ToolCall, text: str = "") -> tuple[str, str]:
-    """The ``(content, tool_args)`` of the ``tool_call`` step recording ``call``."""
-    head: dict[str, str] = {"id": call.id, "name": call.name}
+
+def tool_call_fields(
+    call: ToolCall, text: str = "", *, malformed: bool | None = None
+) -> tuple[str, str]:
+    """The ``(content, tool_args)`` of the ``tool_call`` step recording ``call``.
+
+    ``malformed``: whether ``call.args`` is not storable JSON, when the caller
+    decoded them already (``None``: decode them here). The text is exactly
+    what ``json.dumps(head, ensure_ascii=False)`` makes of the head, built
+    without the encoder's per-call setup.
+    """
+    if malformed is None:
+        try:
+            parse_json(call.args, "args")
+            malformed = False
+        except ValueError:
+            malformed = True
+    content = f'{{"id": {_string(call.id)}, "name": {_string(call.name)}'
     if text:
-        head["text"] = text
-    try:
-        parse_json(call.args, "args")
-        args = call.args
-    except ValueError:
-        head["raw_args"] = call.args
-        args = "{}"
-    return json.dumps(head, ensure_ascii=False), args
+        content += f', "text": {_string(text)}'
+    if malformed:
+        return f'{content}, "raw_args": {_string(call.args)}}}', "{}"
+    return content + "}", call.args
 
 
 def tool_result_args(call: ToolCall) -> str:
     """The ``tool_args`` of the ``tool_result`` step answering ``call``."""
-    return json.dumps({"tool_call_id": call.id, "name": call.name}, ensure_ascii=False)
+    return f'{{"tool_call_id": {_string(call.id)}, "name": {_string(call.name)}}}'
 
 
 def _name_or(value: object, fallback: str) -> str:

@@ -20,14 +20,14 @@ from agentloop._describe import describe
 from agentloop._errors import StoreError
 from agentloop._events import Compacted, Event, EventHandler, LoopWarning, RunStarted
 from agentloop._memory import WorkingMemory
-from agentloop._model import Message, Model, ModelReply, ModelRequest, ToolCall, ToolSpec
+from agentloop._model import Model, ModelReply, ModelRequest, ToolCall, ToolSpec, trusted_message
 from agentloop._protocols import SessionStore, StepStore
 from agentloop._rehydrate import Conversation, next_step_index, tool_call_fields, tool_result_args
 from agentloop._run_record import RunRecord
 from agentloop._run_stores import RunStores
 from agentloop._tools import Tool
 from agentloop._types import CompactionCheckpoint, RunStatus, StepType
-from agentloop._validate import check_text, parse_json, preview
+from agentloop._validate import check_text, parse_json, preview, trusted_builder
 
 if TYPE_CHECKING:
     from agentloop._types import Session
@@ -35,6 +35,11 @@ if TYPE_CHECKING:
 
 def _ignore(event: Event) -> None:
     """The event handler of a loop without ``on_event``."""
+
+
+# Every field is checked already: the session's model and prompt, the conversation's
+# messages, the loop's tool specs and the working memory's JSON text.
+_build_request = trusted_builder(ModelRequest)
 
 
 @attrs.frozen
@@ -68,12 +73,18 @@ class Run:
         self._message = message
         self._emit: EventHandler = _ignore if parts.on_event is None else parts.on_event
         self._memory = WorkingMemory(stores)
-        self._record = RunRecord(stores, parts.config, self._memory, self._emit)
+        self._record = RunRecord(
+            stores, parts.config, self._memory, self._emit, watched=parts.on_event is not None
+        )
 
     async def execute(self) -> RunResult:
         """Run to the end; see ``Loop.run`` for the guarantees."""
-        self._emit(RunStarted(self._session_id, self._message))
+        if self._parts.on_event is not None:
+            self._emit(RunStarted(self._session_id, self._message))
         try:
+            if self._parts.config.run_timeout is None:  # no deadline: a scope would only cost
+                status, text = await self._body()
+                return await self._record.finish(status, text)
             with trio.CancelScope(deadline=self._record.run_deadline()) as scope:
                 status, text = await self._body()
             if not scope.cancelled_caught:
@@ -110,7 +121,7 @@ class Run:
         record = self._record
         session = await self._load()
         index = await record.append(StepType.user, self._message)
-        self._conversation.add(Message(role="user", content=self._message), index)
+        self._conversation.add(trusted_message("user", self._message), index)
         if self._parts.compactor is not None:
             await self._compact(self._parts.compactor)
 
@@ -191,12 +202,12 @@ class Run:
         )
 
     async def _complete(self, session: Session) -> ModelReply:
-        request = ModelRequest(
-            model=session.model or self._parts.config.model,
-            system_prompt=session.system_prompt,
-            messages=tuple(self._conversation.messages),
-            tools=self._parts.specs,
-            data=self._memory.shown,
+        request = _build_request(
+            session.model or self._parts.config.model,
+            session.system_prompt,
+            tuple(self._conversation.messages),
+            self._parts.specs,
+            self._memory.shown,
         )
         try:
             reply = await self._parts.model.complete(request)
@@ -211,44 +222,54 @@ class Run:
     async def _use_tools(self, reply: ModelReply, seconds: float) -> None:
         record = self._record
         first_index = record.next_index
+        batch = []
+        decoded: list[object] = []  # each call's arguments, or the ValueError they raise
         for position, call in enumerate(reply.tool_calls):
             first = position == 0
-            content, args = tool_call_fields(call, reply.content if first else "")
-            await record.append(
-                StepType.tool_call,
-                content,
-                args,
-                seconds=seconds if first else 0.0,
-                prompt_tokens=reply.prompt_tokens if first else 0,
-                completion_tokens=reply.completion_tokens if first else 0,
+            try:
+                decoded.append(parse_json(call.args, "arguments"))
+            except ValueError as exc:
+                decoded.append(exc)
+            content, args = tool_call_fields(
+                call, reply.content if first else "", malformed=isinstance(decoded[-1], ValueError)
             )
+            batch.append(
+                record.next_step(
+                    StepType.tool_call,
+                    content,
+                    args,
+                    seconds=seconds if first else 0.0,
+                    prompt_tokens=reply.prompt_tokens if first else 0,
+                    completion_tokens=reply.completion_tokens if first else 0,
+                    offset=position,
+                )
+            )
+        await record.append_batch(batch)  # every call of the reply, or none of them
         self._conversation.add(
-            Message(role="assistant", content=reply.content, tool_calls=reply.tool_calls),
-            first_index,
+            trusted_message("assistant", reply.content, reply.tool_calls), first_index
         )
-        for call in reply.tool_calls:
+        for call, arguments in zip(reply.tool_calls, decoded, strict=True):
             started = trio.current_time()
-            output = await self._call_tool(call)
+            output = await self._call_tool(call, arguments)
             index = await record.append(
                 StepType.tool_result,
                 output,
                 tool_result_args(call),
                 seconds=trio.current_time() - started,
             )
-            self._conversation.add(
-                Message(role="tool", content=output, tool_call_id=call.id), index
-            )
+            self._conversation.add(trusted_message("tool", output, (), call.id), index)
 
-    async def _call_tool(self, call: ToolCall) -> str:
-        """The tool's output, or an ``Error:`` text; persists changed working memory."""
+    async def _call_tool(self, call: ToolCall, args: object) -> str:
+        """The tool's output, or an ``Error:`` text; persists changed working memory.
+
+        ``args``: the call's decoded arguments, or the ``ValueError`` decoding raised.
+        """
         tools = self._parts.tools
         tool = tools.get(call.name)
         if tool is None:
             return f"Error: unknown tool {call.name!r}; available tools: {sorted(tools)}"
-        try:
-            args = parse_json(call.args, "arguments")
-        except ValueError as exc:
-            return f"Error: malformed arguments for tool {call.name!r}: {exc}"
+        if isinstance(args, ValueError):
+            return f"Error: malformed arguments for tool {call.name!r}: {args}"
         if not isinstance(args, dict):
             return (
                 f"Error: arguments for tool {call.name!r} must be a JSON object, "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import trio
@@ -19,7 +19,7 @@ from agentloop._describe import describe
 from agentloop._errors import StoreError
 from agentloop._events import Event, Finalized, LoopWarning, StepAppended
 from agentloop._types import FinalizeSummary, RunStatus, RunStep, StepType
-from agentloop._validate import INT32_MAX
+from agentloop._validate import INT32_MAX, trusted_builder
 
 if TYPE_CHECKING:
     from agentloop._config import LoopConfig
@@ -35,6 +35,13 @@ def _int32(value: int) -> int:
     return min(value, INT32_MAX)
 
 
+# The loop's own steps, summaries and results are built from values checked already
+# (see "The loop builds its own values without re-checking them" in docs/decisions.md).
+_build_step = trusted_builder(RunStep)
+_build_summary = trusted_builder(FinalizeSummary)
+_build_result = trusted_builder(RunResult)
+
+
 class RunRecord:
     """The steps, tokens and final status one run records, on success and on failure."""
 
@@ -44,11 +51,14 @@ class RunRecord:
         config: LoopConfig,
         memory: WorkingMemory,
         emit: Callable[[Event], None],
+        *,
+        watched: bool = True,
     ) -> None:
         self._stores = stores
         self._config = config
         self._memory = memory
         self._emit = emit
+        self._watched = watched  # False: no on_event, so no StepAppended is built
         self.started = trio.current_time()
         self.steps_appended = 0
         self.prompt_tokens = 0
@@ -78,6 +88,47 @@ class RunRecord:
         self.prompt_tokens += prompt
         self.completion_tokens += completion
 
+    def next_step(
+        self,
+        kind: StepType,
+        content: str = "",
+        tool_args: str = "{}",
+        *,
+        seconds: float = 0.0,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+        offset: int = 0,
+    ) -> RunStep:
+        """The step ``offset`` places after the run's next one, built but not appended.
+
+        Raises:
+            StoreError: its index would pass ``INT32_MAX``, the last index a
+                step can have; nothing was appended.
+        """
+        index = self.next_index + offset
+        if index > INT32_MAX:
+            raise StoreError(
+                f"append failed for session {self._stores.session_id!r}: the session's last "
+                f"step_index is {INT32_MAX}, the largest a step can have (int32); "
+                f"no step can be appended"
+                if offset == 0
+                else f"append_many failed for session {self._stores.session_id!r}: the batch "
+                f"needs step_index {index}, past {INT32_MAX}, the largest a step can have "
+                f"(int32); no step of it was appended"
+            )
+        # Every value is checked: the run's session id and message, model replies,
+        # tool outputs, compactions, the loop's own JSON and texts, clamped ints.
+        return _build_step(
+            self._stores.session_id,
+            index,
+            kind,
+            content,
+            tool_args,
+            _ms(seconds),
+            prompt_tokens,
+            completion_tokens,
+        )
+
     async def append(
         self,
         kind: StepType,
@@ -94,27 +145,50 @@ class RunRecord:
             StoreError: the append failed, or the session already holds a step
                 at the last index a step can have (``INT32_MAX``).
         """
-        if self.next_index > INT32_MAX:
-            raise StoreError(
-                f"append failed for session {self._stores.session_id!r}: the session's last "
-                f"step_index is {INT32_MAX}, the largest a step can have (int32); "
-                f"no step can be appended"
-            )
-        step = RunStep(
-            session_id=self._stores.session_id,
-            step_index=self.next_index,
-            step_type=kind,
-            content=content,
-            tool_args=tool_args,
-            duration_ms=_ms(seconds),
+        step = self.next_step(
+            kind,
+            content,
+            tool_args,
+            seconds=seconds,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
         )
         await self._stores.append(step)
+        self._appended(step)
+        return step.step_index
+
+    async def append_batch(self, steps: Sequence[RunStep]) -> None:
+        """Append ``steps`` (from :meth:`next_step`, offsets ``0..len - 1``) as one batch.
+
+        With a step store that has ``append_many`` the batch is all or nothing;
+        every step is counted before any ``StepAppended`` is emitted, so an
+        ``on_event`` that raises cannot make ``step_count`` miss a stored step.
+        Without it the steps are appended one call at a time, each counted
+        and announced as it lands, exactly as :meth:`append` does.
+
+        Raises:
+            StoreError: the append (or ``append_many``) failed.
+
+        **Cancellation**: with ``append_many``, none of the steps was appended;
+        without it, a prefix may have been.
+        """
+        if not self._stores.atomic_batches:
+            for step in steps:
+                await self._stores.append(step)
+                self._appended(step)
+            return
+        await self._stores.append_many(steps)
+        self.next_index += len(steps)
+        self.steps_appended += len(steps)
+        if self._watched:
+            for step in steps:
+                self._emit(StepAppended(step))
+
+    def _appended(self, step: RunStep) -> None:
         self.next_index += 1
         self.steps_appended += 1
-        self._emit(StepAppended(step))
-        return step.step_index
+        if self._watched:
+            self._emit(StepAppended(step))
 
     # -- the end -----------------------------------------------------------------------------
 
@@ -125,13 +199,13 @@ class RunRecord:
         return self.started + self._config.run_timeout
 
     def _summary(self, status: RunStatus) -> FinalizeSummary:
-        return FinalizeSummary(
-            status=status,
-            prompt_tokens=_int32(self.prompt_tokens),
-            completion_tokens=_int32(self.completion_tokens),
-            step_count=_int32(self.steps_appended),
-            duration_ms=_ms(trio.current_time() - self.started),
-            data_bytes_carried=self._memory.bytes_carried,
+        return _build_summary(  # a member, clamped counters, a byte count (<= int64)
+            status,
+            _int32(self.prompt_tokens),
+            _int32(self.completion_tokens),
+            _int32(self.steps_appended),
+            _ms(trio.current_time() - self.started),
+            self._memory.bytes_carried,
         )
 
     async def finish(self, status: RunStatus, text: str) -> RunResult:
@@ -144,13 +218,13 @@ class RunRecord:
         self._finalize_tried = status
         await self._stores.finalize(summary)
         self._announce_finalized(summary)
-        return RunResult(
-            status=status,
-            text=text,
-            steps=summary.step_count,
-            prompt_tokens=summary.prompt_tokens,
-            completion_tokens=summary.completion_tokens,
-            duration_ms=summary.duration_ms,
+        return _build_result(  # ``text``: a checked reply's content, or ""
+            status,
+            text,
+            summary.step_count,
+            summary.prompt_tokens,
+            summary.completion_tokens,
+            summary.duration_ms,
         )
 
     async def record_timeout(self) -> RunResult:

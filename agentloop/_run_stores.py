@@ -3,14 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
+from agentloop._batch import append_all
 from agentloop._describe import describe_message
 from agentloop._errors import LeaseLostError, StoreError
+from agentloop._protocols import SupportsAppendMany
 
 if TYPE_CHECKING:
     from agentloop._protocols import SessionStore, StepStore
     from agentloop._types import FinalizeSummary, RunStep, Session
+
+
+_BATCHING: dict[type, bool] = {}  # store type -> has ``append_many``, asked once per type
+
+
+def has_append_many(store: object) -> bool:
+    """Whether ``store`` is ``SupportsAppendMany``, decided once per store type.
+
+    ``isinstance`` against a runtime-checkable protocol inspects the class on
+    every call (several microseconds); a store's capabilities are its class's.
+    """
+    kind = type(store)
+    known = _BATCHING.get(kind)
+    if known is None:
+        known = _BATCHING[kind] = isinstance(store, SupportsAppendMany)
+    return known
 
 
 class RunStores:
@@ -27,13 +45,21 @@ class RunStores:
     write raises ``LeaseLostError`` without calling the store.
     """
 
-    __slots__ = ("lease_lost", "session_id", "sessions", "steps")
+    __slots__ = ("_batches", "lease_lost", "session_id", "sessions", "steps")
 
     def __init__(self, steps: StepStore, sessions: SessionStore, session_id: str) -> None:
         self.steps = steps
         self.sessions = sessions
         self.session_id = session_id
         self.lease_lost: LeaseLostError | None = None  # set once the run's lease is lost
+        self._batches: bool | None = None  # whether ``steps`` has append_many, once asked
+
+    @property
+    def atomic_batches(self) -> bool:
+        """Whether the step store has ``append_many`` (``SupportsAppendMany``)."""
+        if self._batches is None:
+            self._batches = has_append_many(self.steps)
+        return self._batches
 
     def _refused(self, operation: str) -> LeaseLostError:
         return LeaseLostError(
@@ -74,6 +100,27 @@ class RunStores:
             raise
         except Exception as exc:
             raise self._failed("append", exc) from exc
+
+    async def append_many(self, steps: Sequence[RunStep]) -> None:
+        """Append ``steps`` (built for this session) as ``append_all`` would.
+
+        The loop calls this only when :attr:`atomic_batches`: one
+        ``append_many`` call, all or nothing. The steps are the loop's own,
+        already checked, and the capability is known: ``append_all`` would
+        only check both again (``append_all`` itself serves any other store).
+        """
+        if self.lease_lost is not None:
+            raise self._refused("append_many") from self.lease_lost
+        try:
+            if self.atomic_batches:
+                await cast("SupportsAppendMany", self.steps).append_many(steps)
+            else:
+                await append_all(self.steps, steps)
+        except LeaseLostError as exc:
+            self.lease_lost = exc
+            raise
+        except Exception as exc:
+            raise self._failed("append_many", exc) from exc
 
     async def update_data(self, data: str) -> None:
         """Replace the session's working memory with the JSON text ``data``."""

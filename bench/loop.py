@@ -6,6 +6,10 @@ recording steps, replaying history, finalizing, holding the session's lease.
 The floor calls the same model the same number of times and appends each reply
 to a list.
 
+The step row puts one step of a ten-step run (four tool calls and the response,
+on a default ``Loop``: in memory, holding the session's lease) against one
+``agentloopmem.StepStore.append`` timed in the same rounds.
+
 The lease rows time ten-step runs (four tool calls and the response) holding
 the session's lease against the same runs on the same store with its lease
 capability hidden (so the loop writes unfenced and takes no lease), on
@@ -31,9 +35,11 @@ from agentloop import (
     Message,
     ModelReply,
     ModelRequest,
+    RunStep,
     ScriptedModel,
     SessionStore,
     StepStore,
+    StepType,
     SupportsLease,
     Tool,
     ToolCall,
@@ -117,8 +123,63 @@ def rows() -> list[Row]:
         _row("loop: 1 model call/run, new sessions", 1, RUNS, 60),
         _row("loop: 10 model calls/run, new sessions", 10, RUNS, 40),
         _row("loop: 10 model calls/run, 80-step history", 10, 1, 60),
+        step_row(),
         *lease_rows(),
     ]
+
+
+# -- one loop step vs one in-memory append ---------------------------------------------
+
+STEP_RUNS = 200  # ten-step runs per round
+STEP_APPENDS = 20_000  # appends per round
+STEP_ROUNDS = 7
+STEP_TARGET = 5.0  # a loop step costs at most five in-memory appends
+
+
+async def _step_seconds(runs: int) -> float:
+    """Seconds per step of ``runs`` ten-step runs on a default ``Loop``, each a new session."""
+    model = ScriptedModel(_script(runs, LEASE_CALLS))
+    loop = Loop(model=model, tools=[TOOL], config=LoopConfig(max_iterations=LEASE_CALLS))
+    start = time.perf_counter()
+    for run in range(runs):
+        await loop.run(f"s{run}", f"question {run}")
+    return (time.perf_counter() - start) / (runs * 2 * LEASE_CALLS)
+
+
+async def _append_seconds(count: int) -> float:
+    """Seconds per ``agentloopmem.StepStore.append`` of ``count`` steps to one session."""
+    store = agentloopmem.StepStore()
+    steps = [RunStep("s", i, StepType.tool_result, "ok") for i in range(count)]
+    start = time.perf_counter()
+    for step in steps:
+        await store.append(step)
+    return (time.perf_counter() - start) / count
+
+
+async def _step_row() -> Row:
+    """The median of ``STEP_ROUNDS`` per-round ratios, the two sides timed back to back
+    in alternating order."""
+    ratios: list[float] = []
+    seconds: dict[str, list[float]] = {"step": [], "append": []}
+    for round_ in range(STEP_ROUNDS):
+        sides = [("step", _step_seconds, STEP_RUNS), ("append", _append_seconds, STEP_APPENDS)]
+        for kind, measure, count in sides if round_ % 2 == 0 else sides[::-1]:
+            seconds[kind].append(await measure(count))
+        ratios.append(seconds["step"][-1] / seconds["append"][-1])
+    step, append = (statistics.median(seconds[kind]) * 1e6 for kind in ("step", "append"))
+    return SpreadRow(
+        "loop step vs in-memory append (10-step leased run)",
+        f"{step:.1f} vs {append:.2f} us (medians)",
+        statistics.median(ratios),
+        STEP_TARGET,
+        low=min(ratios),
+        high=max(ratios),
+    )
+
+
+def step_row() -> Row:
+    """One step of a ten-step run on a default ``Loop`` against one in-memory append."""
+    return trio.run(_step_row)
 
 
 # -- leased vs unleased runs --------------------------------------------------------------

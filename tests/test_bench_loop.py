@@ -16,9 +16,16 @@ def test_loop_section_reports_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(loop, "REPEATS", 1)
     monkeypatch.setattr(loop, "LEASE_RUNS", 2)
     monkeypatch.setattr(loop, "LEASE_ROUNDS", 2)
+    monkeypatch.setattr(loop, "STEP_RUNS", 2)
+    monkeypatch.setattr(loop, "STEP_APPENDS", 10)
+    monkeypatch.setattr(loop, "STEP_ROUNDS", 2)
     rows = loop.rows()
-    overhead, lease = rows[:3], rows[3:]
+    overhead, (step,), lease = rows[:3], rows[3:4], rows[4:]
     assert all(row.ratio > 0 and "us/iteration" in row.detail for row in overhead)
+    assert step.name.startswith("loop step vs in-memory append")
+    assert step.limit == 5
+    assert step.ratio > 0
+    assert step.detail.endswith(" us (medians)")
     stores = ["memory", "sqlite"] + (["postgres"] if os.environ.get("AGENTLOOP_PG_DSN") else [])
     assert [row.name.split(",")[0] for row in lease] == [f"loop lease: {s}" for s in stores]
     assert all(row.ratio > 0 and row.detail.endswith(" us/run (medians)") for row in lease)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from agentloop import CompactionCheckpoint, Message, RunStep, StepType, ToolCall
 from agentloop._rehydrate import (
     Conversation,
@@ -125,6 +128,42 @@ class TestReplay:
             Message("user", "next"),
         ]
 
+    def test_calls_interleaved_with_results_replay_as_one_turn_each(self) -> None:
+        """A trace written call, result, call, result (another writer's order) stays valid."""
+        a, b = ToolCall("a", "f", "{}"), ToolCall("b", "g", "{}")
+        steps = [
+            step(0, "user", "hi"),
+            *call_steps(1, a, "ra", "thinking"),
+            *call_steps(3, b, "rb"),
+            step(5, "response", "done"),
+        ]
+        messages, sources = replay(steps)
+        assert messages == [
+            Message("user", "hi"),
+            Message("assistant", "thinking", (a,)),
+            Message("tool", "ra", tool_call_id="a"),
+            Message("assistant", "", (b,)),
+            Message("tool", "rb", tool_call_id="b"),
+            Message("assistant", "done"),
+        ]
+        assert sources == [0, 1, 2, 3, 4, 5]
+
+    def test_a_batch_of_calls_never_answered_keeps_only_the_reply_text(self) -> None:
+        """A whole batch stored but no result (the run stopped): only the reply's text replays."""
+        a, b = ToolCall("a", "f", "{}"), ToolCall("b", "f", "{}")
+        steps = [
+            step(0, "user", "hi"),
+            step(1, "tool_call", *tool_call_fields(a, "looking")),
+            step(2, "tool_call", *tool_call_fields(b)),
+            step(3, "user", "again"),
+        ]
+        messages, _ = replay(steps)
+        assert messages == [
+            Message("user", "hi"),
+            Message("assistant", "looking"),
+            Message("user", "again"),
+        ]
+
     def test_next_step_index(self) -> None:
         """Next index is the last stored step's index + 1, or 0."""
         assert next_step_index([]) == 0
@@ -225,3 +264,27 @@ class TestRecordingFormat:
             Message("assistant", "", (ToolCall("step-0", "unknown", '{"q": 1}'),)),
             Message("tool", "out", tool_call_id="step-0"),
         ]
+
+
+_NAMES = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1
+)
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",)))
+
+
+@given(call_id=_NAMES, name=_NAMES, text=_TEXT, args=st.sampled_from(['{"a": 1}', "{bad", "[]"]))
+def test_recorded_heads_are_what_json_dumps_makes(
+    call_id: str, name: str, text: str, args: str
+) -> None:
+    """The loop's hand-built heads are byte for byte json.dumps(head, ensure_ascii=False)."""
+    call = ToolCall(call_id, name, args)
+    head = {"id": call_id, "name": name} | ({"text": text} if text else {})
+    malformed = args == "{bad"
+    if malformed:
+        head["raw_args"] = args
+    expected = (json.dumps(head, ensure_ascii=False), "{}" if malformed else args)
+    assert tool_call_fields(call, text) == expected
+    assert tool_call_fields(call, text, malformed=malformed) == expected
+    assert tool_result_args(call) == json.dumps(
+        {"tool_call_id": call_id, "name": name}, ensure_ascii=False
+    )
