@@ -2,7 +2,8 @@
 
 Every check of a field or argument lives here (in :mod:`agentloop._checks`,
 with their attrs form in :mod:`agentloop._fields`): text, key text, names,
-session ids, lease owners, int32/int64, seconds, JSON text and values, enum members. Each
+session ids, lease owners, int32/int64, seconds, JSON text and values, enum members;
+how a store judges a presented lease lives in :mod:`agentloop._lease_rules`. Each
 raises ``TypeError`` for the wrong type, then ``ValueError`` for a bad value,
 with a message naming the field, the rule and at most ~60 characters of the
 value (:func:`preview`).
@@ -57,6 +58,7 @@ from agentloop._fields import (
     to_utc,
     tuple_of,
 )
+from agentloop._lease_rules import Grant, check_fence, check_granted, check_renewable
 from agentloop._trusted import trusted_builder
 
 __all__ = [
@@ -66,10 +68,14 @@ __all__ = [
     "OWNER_MAX_BYTES",
     "SECONDS_MAX",
     "SESSION_ID_MAX_BYTES",
+    "Grant",
     "Validator",
     "aware_datetime",
+    "check_fence",
+    "check_granted",
     "check_int",
     "check_json_value",
+    "check_renewable",
     "check_revision",
     "check_seconds",
     "check_session_ids",

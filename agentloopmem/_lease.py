@@ -7,8 +7,15 @@ from datetime import datetime, timedelta
 import attrs
 import trio
 
-from agentloop import Lease, LeaseLostError, validate_session_id
-from agentloop._validate import check_seconds, preview, validate_owner
+from agentloop import Lease, validate_session_id
+from agentloop._validate import (
+    check_fence,
+    check_granted,
+    check_renewable,
+    check_seconds,
+    preview,
+    validate_owner,
+)
 from agentloopmem._base import MemoryStoreBase
 
 
@@ -52,12 +59,9 @@ class LeaseTable:
 
     def renew(self, lease: Lease, expires_at: datetime) -> None:
         """Extend ``lease``; ``LeaseLostError`` if it was acquired again since or released."""
-        held = self.check_fence(lease)
-        if held.released:
-            raise LeaseLostError(
-                f"lease {lease.token} of session {preview(lease.session_id)} was released; "
-                "acquire a new one"
-            )
+        held = self._held.get(lease.session_id)
+        check_renewable(lease, held)
+        assert held is not None
         held.expires_at = expires_at
 
     def release(self, lease: Lease) -> None:
@@ -69,25 +73,15 @@ class LeaseTable:
     def check_granted(self, lease: Lease) -> _Held:
         """The session's entry; ``ValueError`` if this store never granted ``lease``."""
         held = self._held.get(lease.session_id)
-        if (
-            held is None
-            or lease.token > held.token
-            or (lease.token == held.token and lease.owner != held.owner)
-        ):
-            raise ValueError(
-                f"lease must be one this store granted; got token {lease.token} "
-                f"of owner {preview(lease.owner)} for session {preview(lease.session_id)}"
-            )
+        check_granted(lease, held)
+        assert held is not None
         return held
 
     def check_fence(self, lease: Lease) -> _Held:
         """The session's entry; ``LeaseLostError`` if its lease was acquired again since."""
-        held = self.check_granted(lease)
-        if held.token != lease.token:
-            raise LeaseLostError(
-                f"lease {lease.token} of session {preview(lease.session_id)} was taken "
-                f"over (now token {held.token}); nothing was written"
-            )
+        held = self._held.get(lease.session_id)
+        check_fence(lease, held)
+        assert held is not None
         return held
 
 

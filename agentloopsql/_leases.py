@@ -4,8 +4,9 @@ Each backend keeps one row per session ever leased (``leases``: owner, token
 and expiry, the expiry ``NULL`` once released) and never deletes it, so a
 session's tokens strictly increase over the database's life. Its
 :class:`LeaseOps` run each call as one transaction; the rules they share
-(what is live, lost, released or never granted) are the functions here, so
-both backends judge a lease exactly as ``agentloopmem`` does.
+(what is lost, released or never granted) are ``agentloop``'s
+(``check_granted``, ``check_fence``, ``check_renewable``), so both backends
+judge a lease exactly as ``agentloopmem`` does.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
-from agentloop import Lease, LeaseLostError, StoreClosedError, validate_session_id
+from agentloop import Lease, StoreClosedError, validate_session_id
 from agentloop._validate import check_seconds, preview, validate_owner
 from agentloopsql._jobs import IdempotentWrite
 from agentloopsql._worker import Workers
@@ -25,7 +26,7 @@ R = TypeVar("R")
 
 
 class Held(NamedTuple):
-    """A session's lease row as stored: its latest grant."""
+    """A session's lease row as stored: its latest grant (an ``agentloop`` ``Grant``)."""
 
     owner: str
     token: int
@@ -42,69 +43,23 @@ class LeaseOps(Protocol[ConnT_contra]):
         ...
 
     def renew_lease(self, conn: ConnT_contra, lease: Lease, ttl: float) -> datetime:
-        """The new expiry; raises as :func:`check_renewable` says."""
+        """The new expiry; raises as ``agentloop._lease_rules.check_renewable`` says."""
         ...
 
     def release_lease(self, conn: ConnT_contra, lease: Lease) -> None:
-        """Mark ``lease`` released if it is still the session's; raises as :func:`check_granted`."""
+        """Mark ``lease`` released if it is still the session's.
+
+        Raises as ``agentloop._lease_rules.check_granted`` says.
+        """
         ...
 
     def fenced_write(self, conn: ConnT_contra, lease: Lease, write: Callable[[Any], R]) -> R:
-        """``write(conn)`` in the transaction that checked ``lease`` (:func:`check_fence`).
+        """``write(conn)`` in the transaction that checked ``lease`` (``check_fence``).
 
         ``write`` takes the same ``conn`` (typed ``Any``: a protocol's
         contravariant connection type cannot appear in a callback's arguments).
         """
         ...
-
-
-def check_granted(lease: Lease, held: Held | None) -> None:
-    """``ValueError`` if the store can tell it never granted ``lease``.
-
-    That is: the session was never leased, ``lease``'s token is above the
-    latest one, or it is the latest token with another owner.
-    """
-    if (
-        held is None
-        or lease.token > held.token
-        or (lease.token == held.token and lease.owner != held.owner)
-    ):
-        raise ValueError(
-            f"lease must be one this store granted; got token {lease.token} "
-            f"of owner {preview(lease.owner)} for session {preview(lease.session_id)}"
-        )
-
-
-def check_fence(lease: Lease, held: Held | None) -> None:
-    """Raise unless ``lease`` is still the session's latest grant (released or not).
-
-    Raises:
-        ValueError: the store never granted ``lease``.
-        LeaseLostError: the session's lease was acquired again since.
-    """
-    check_granted(lease, held)
-    assert held is not None
-    if held.token != lease.token:
-        raise LeaseLostError(
-            f"lease {lease.token} of session {preview(lease.session_id)} was taken "
-            f"over (now token {held.token}); nothing was written"
-        )
-
-
-def check_renewable(lease: Lease, held: Held | None) -> None:
-    """Raise unless ``lease`` is the session's latest grant and not released.
-
-    Raises:
-        ValueError: the store never granted ``lease``.
-        LeaseLostError: the lease was acquired again since, or released.
-    """
-    check_fence(lease, held)
-    assert held is not None
-    if held.released:
-        raise LeaseLostError(
-            f"lease {lease.token} of session {preview(lease.session_id)} was released; "
-            "acquire a new one"
-        )
 
 
 def check_lease(lease: object) -> Lease:

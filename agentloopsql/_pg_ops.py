@@ -14,9 +14,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentloop import FinalizeSummary, Lease, LeaseLostError, RunStep, Session, SessionInfo
-from agentloop._validate import preview
+from agentloop._validate import check_fence, check_granted, check_renewable, preview
 from agentloopsql import _codec
-from agentloopsql._leases import Held, check_fence, check_granted, check_renewable
+from agentloopsql._leases import Held
 from agentloopsql._pg_schema import render
 
 if TYPE_CHECKING:

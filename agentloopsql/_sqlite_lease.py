@@ -8,8 +8,9 @@ from datetime import datetime
 from typing import TypeVar
 
 from agentloop import Lease
+from agentloop._validate import check_fence, check_granted, check_renewable
 from agentloopsql import _codec
-from agentloopsql._leases import Held, check_fence, check_granted, check_renewable
+from agentloopsql._leases import Held
 
 R = TypeVar("R")
 
