@@ -37,7 +37,7 @@ from bench._peers_timing import (
     speedup_row,
 )
 from bench._report import Row
-from bench.sql import _fill_sqlite
+from bench.sql import fill_sqlite
 
 CONTENT = "x" * 200
 ITEM = {"role": "user", "content": CONTENT}
@@ -92,7 +92,7 @@ def _read_rows(directory: str, sizes: Sizes) -> list[Row]:
     histories = (sizes.small, sizes.history, sizes.big)
     ours_path = os.path.join(directory, "ours-read.db")
     run_trio(lambda: _open_close(ours_path))
-    _fill_sqlite(ours_path, {f"h{h}": h for h in histories})
+    fill_sqlite(ours_path, {f"h{h}": h for h in histories})
     store = run_trio(lambda: SqliteStore.open(ours_path))
     peer_class = _peer_class(None)
     peers = {h: peer_class(f"h{h}", os.path.join(directory, "peer-read.db")) for h in histories}

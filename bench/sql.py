@@ -145,7 +145,8 @@ async def _sqlite_appends(directory: str, synchronous: str) -> list[Row]:
     ]
 
 
-def _fill_sqlite(path: str, sizes: dict[str, int]) -> None:
+def fill_sqlite(path: str, sizes: dict[str, int]) -> None:
+    """Insert ``sizes[session]`` steps per session straight into a SqliteStore's file."""
     conn = _raw_sqlite(path, "normal")
     conn.execute("BEGIN")
     for session, count in sizes.items():
@@ -160,7 +161,7 @@ def _fill_sqlite(path: str, sizes: dict[str, int]) -> None:
 async def _sqlite_last_n(directory: str) -> Row:
     path = os.path.join(directory, "history.db")
     await (await SqliteStore.open(path)).aclose()
-    await trio.to_thread.run_sync(_fill_sqlite, path, {"big": 100_000, "small": 100})
+    await trio.to_thread.run_sync(fill_sqlite, path, {"big": 100_000, "small": 100})
     async with await SqliteStore.open(path) as store:
         big, small = await _last_n_pair(store)
     return Row(
