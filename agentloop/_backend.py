@@ -1,0 +1,104 @@
+"""The one place that knows which async library runs the caller: trio (the default) or asyncio.
+
+Library code is written against anyio, which runs on both; this module holds
+the few rules anyio does not settle alike on both backends, so every package
+follows them from one home. It is the second private ``agentloop`` module the
+sibling packages may import (after ``agentloop._validate``).
+
+**The store-call checkpoint convention.** A public store coroutine that does
+its work synchronously is a checkpoint and all-or-nothing:
+
+- under trio, :func:`call_starts` is ``checkpoint_if_cancelled()`` (a cancelled
+  call does nothing) and :func:`call_ends` is ``cancel_shielded_checkpoint()``
+  (the schedule point comes after the work, which is then never reported as
+  cancelled) — trio's own convention, unchanged;
+- under asyncio, :func:`call_starts` is a full checkpoint (``sleep(0)``: a
+  schedule point where any cancellation lands *before* the work) and
+  :func:`call_ends` does nothing, so a call that did its work returns without
+  suspending again. That holds for every asyncio cancellation source — anyio
+  cancel scopes, ``Task.cancel()`` and ``asyncio.timeout`` — because nothing
+  can be delivered to a task that does not suspend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import sniffio
+import trio
+
+__all__ = [
+    "LoopGoneError",
+    "LoopHandle",
+    "call_ends",
+    "call_starts",
+    "cancelled_error",
+    "on_trio",
+]
+
+_library = sniffio.thread_local
+
+
+def on_trio() -> bool:
+    """Whether the calling thread runs trio (else asyncio, the only other backend).
+
+    About 0.1 µs: trio marks its thread for sniffio, so no asyncio lookup is needed.
+    """
+    return _library.name == "trio"
+
+
+async def call_starts() -> None:
+    """The cancellation point before a store call's synchronous work; see the module docstring."""
+    if _library.name == "trio":
+        await trio.lowlevel.checkpoint_if_cancelled()
+    else:
+        await asyncio.sleep(0)
+
+
+async def call_ends() -> None:
+    """The schedule point after a store call's work (trio only; never raises cancellation)."""
+    if _library.name == "trio":
+        await trio.lowlevel.cancel_shielded_checkpoint()
+
+
+def cancelled_error() -> type[BaseException]:
+    """The running backend's cancellation exception: ``trio.Cancelled`` or ``CancelledError``."""
+    return trio.Cancelled if _library.name == "trio" else asyncio.CancelledError
+
+
+class LoopGoneError(Exception):
+    """The event loop a :class:`LoopHandle` names has finished: nothing can be woken there."""
+
+
+class LoopHandle:
+    """The calling task's event loop, to which any thread may hand a callback.
+
+    Made on the event loop thread; :meth:`call_soon` is safe from any thread and
+    runs ``fn(*args)`` on that loop's thread soon (trio's ``run_sync_soon``,
+    asyncio's ``call_soon_threadsafe``).
+    """
+
+    __slots__ = ("_call_soon", "key")
+
+    def __init__(self) -> None:
+        if _library.name == "trio":
+            token = trio.lowlevel.current_trio_token()
+            self._call_soon: Callable[..., Any] = token.run_sync_soon
+            self.key: object = token
+        else:
+            loop = asyncio.get_running_loop()
+            self._call_soon = loop.call_soon_threadsafe
+            self.key = loop
+
+    def call_soon(self, fn: Callable[..., object], *args: object) -> None:
+        """Run ``fn(*args)`` on the loop's thread soon; from any thread.
+
+        Raises:
+            LoopGoneError: the loop has finished (its run returned or it was closed).
+        """
+        try:
+            self._call_soon(fn, *args)
+        except (trio.RunFinishedError, RuntimeError) as exc:
+            raise LoopGoneError(str(exc)) from exc
