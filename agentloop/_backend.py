@@ -23,19 +23,27 @@ its work synchronously is a checkpoint and all-or-nothing:
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
+import anyio
 import sniffio
 import trio
 
 __all__ = [
     "LoopGoneError",
     "LoopHandle",
+    "Scope",
+    "being_cancelled",
     "call_ends",
     "call_starts",
+    "cancel_scope",
     "cancelled_error",
+    "checkpoint",
+    "clock",
     "on_trio",
+    "timeout_error",
 ]
 
 _library = sniffio.thread_local
@@ -66,6 +74,64 @@ async def call_ends() -> None:
 def cancelled_error() -> type[BaseException]:
     """The running backend's cancellation exception: ``trio.Cancelled`` or ``CancelledError``."""
     return trio.Cancelled if _library.name == "trio" else asyncio.CancelledError
+
+
+async def checkpoint() -> None:
+    """A full checkpoint: a cancellation point and a schedule point (``sleep(0)`` on asyncio)."""
+    if _library.name == "trio":
+        await trio.lowlevel.checkpoint()
+    else:
+        await asyncio.sleep(0)
+
+
+def clock() -> Callable[[], float]:
+    """The running loop's clock, the one cancel scope deadlines are measured on.
+
+    ``trio.current_time`` (which a ``MockClock`` drives) or the asyncio loop's
+    ``time``; fetched once, then called as often as a hot path needs.
+    """
+    if _library.name == "trio":
+        return trio.current_time
+    return asyncio.get_running_loop().time
+
+
+Scope: TypeAlias = "trio.CancelScope | anyio.CancelScope"
+
+
+def cancel_scope(*, deadline: float = math.inf, shield: bool = False) -> Scope:
+    """A cancel scope: trio's own under trio (nothing in between), anyio's under asyncio.
+
+    ``deadline`` is on :func:`clock`. Both kinds have ``cancel()``,
+    ``cancelled_caught``, ``deadline`` and ``shield``. Under asyncio an anyio
+    scope catches only its own cancellation: a ``Task.cancel()`` (or an
+    ``asyncio.timeout``) passes through it, and a shield does not stop a
+    ``Task.cancel()`` made while the scope is entered.
+    """
+    if _library.name == "trio":
+        return trio.CancelScope(deadline=deadline, shield=shield)
+    return anyio.CancelScope(deadline=deadline, shield=shield)
+
+
+def being_cancelled(exc: BaseException) -> bool:
+    """Whether the calling task is being cancelled, ``exc`` being what it is raising.
+
+    True for the backend's cancellation exception, inside a cancel scope that
+    was cancelled (trio or anyio) and, under asyncio, in a task with a
+    ``Task.cancel()`` (or an expired ``asyncio.timeout``) not yet undone.
+    """
+    if _library.name == "trio":
+        return isinstance(exc, trio.Cancelled) or trio.current_effective_deadline() == -math.inf
+    if isinstance(exc, asyncio.CancelledError):
+        return True
+    task = asyncio.current_task()
+    return (task is not None and task.cancelling() > 0) or (
+        anyio.current_effective_deadline() == -math.inf
+    )
+
+
+def timeout_error() -> BaseException:
+    """What a bound that expired is reported as: ``trio.TooSlowError`` (trio) or ``TimeoutError``."""
+    return trio.TooSlowError() if _library.name == "trio" else TimeoutError()
 
 
 class LoopGoneError(Exception):

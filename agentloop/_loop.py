@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from agentloop._backend import on_trio
 from agentloop._compaction import Compactor
 from agentloop._config import LoopConfig, RunResult
 from agentloop._lease import SupportsLease
@@ -26,21 +28,27 @@ if TYPE_CHECKING:
 
 @attrs.define
 class _SessionLock:
-    lock: trio.Lock = attrs.field(factory=trio.Lock)
+    lock: trio.Lock | asyncio.Lock  # the backend's own: the loop holds it across one run
     users: int = 0
 
 
-async def _acquire(lock: trio.Lock) -> None:
+async def _acquire(lock: trio.Lock | asyncio.Lock) -> None:
     """``lock.acquire()``, without its scheduler round trip when the lock is free.
 
     The run that follows checkpoints at every store call; a cancellation already
-    pending is still raised here, before the lock is taken.
+    pending is still raised here, before the lock is taken. Under asyncio that
+    takes a schedule point (``sleep(0)``: a ``Task.cancel()`` lands only there);
+    a free ``asyncio.Lock`` is then taken without suspending again.
     """
-    await trio.lowlevel.checkpoint_if_cancelled()
-    try:
-        lock.acquire_nowait()  # fails while another run holds it or waits for it
-    except trio.WouldBlock:
-        await lock.acquire()
+    if isinstance(lock, trio.Lock):
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            lock.acquire_nowait()  # fails while another run holds it or waits for it
+        except trio.WouldBlock:
+            await lock.acquire()
+        return
+    await asyncio.sleep(0)
+    await lock.acquire()
 
 
 def _check_on_event(on_event: object) -> None:
@@ -94,7 +102,8 @@ class Loop:
     leases, only runs on this ``Loop`` are kept apart. See "Several workers on
     one store" in the README.
 
-    A ``Loop`` belongs to one trio run at a time (it holds trio locks).
+    A ``Loop`` runs under trio or asyncio (anyio's two backends), and belongs
+    to one event loop at a time (it holds that loop's locks while runs wait).
 
     Raises:
         TypeError: an argument has the wrong type.
@@ -174,7 +183,8 @@ class Loop:
     def _hold(self, session_id: str) -> _SessionLock:
         entry = self._locks.get(session_id)
         if entry is None:
-            entry = self._locks[session_id] = _SessionLock()
+            lock = trio.Lock() if on_trio() else asyncio.Lock()
+            entry = self._locks[session_id] = _SessionLock(lock)
         entry.users += 1
         return entry
 
@@ -229,11 +239,16 @@ class Loop:
         unknown), only ``finalize(timeout)``. Recording the timeout (``error``
         step, then ``finalize``) gets one ``finalize_timeout``; past it, a
         ``StoreError`` naming the operation that hung is raised (``__cause__``:
-        ``trio.TooSlowError``) and nothing more is tried.
+        ``trio.TooSlowError`` under trio, ``TimeoutError`` under asyncio) and
+        nothing more is tried.
 
         **Cancellation**: the run stops, records ``finalize(cancelled)`` in a
-        shielded scope bounded by ``finalize_timeout``, then ``Cancelled``
-        propagates; a finalize abandoned at that bound is a ``LoopWarning``.
+        shielded scope bounded by ``finalize_timeout``, then the cancellation
+        (``trio.Cancelled``, ``asyncio.CancelledError``) propagates; a finalize
+        abandoned at that bound is a ``LoopWarning``. Under asyncio every
+        source counts: anyio cancel scopes, ``Task.cancel()`` and
+        ``asyncio.timeout``; only a second ``Task.cancel()`` made during that
+        finalize interrupts it (asyncio cannot shield against one).
         Steps appended before it stay. A run cancelled while it waits for its
         session lock has not started and records nothing. Session data the loop
         cannot read back is a ``LoopWarning``: the run starts with empty working

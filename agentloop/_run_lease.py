@@ -13,13 +13,14 @@ import secrets
 import socket
 from typing import TYPE_CHECKING, cast
 
-import trio
+import anyio
 
+from agentloop._backend import cancel_scope, clock
 from agentloop._describe import describe, describe_message
 from agentloop._errors import LeaseLostError, SessionBusyError, StoreError
 from agentloop._events import LoopWarning
 from agentloop._lease import Lease, SupportsLease
-from agentloop._lease_renewals import Renewals
+from agentloop._lease_renewals import renewals as current_renewals
 from agentloop._run import Run
 from agentloop._run_stores import RunStores
 
@@ -72,7 +73,8 @@ async def acquire(sessions: SupportsLease, session_id: str, config: LoopConfig) 
     **Cancellation**: a cancelled wait holds no lease.
     """
     owner = new_owner()
-    deadline = trio.current_time() + config.lease_wait
+    now = clock()
+    deadline = now() + config.lease_wait
     delay = _FIRST_POLL
     while True:
         lease = await _acquire_once(sessions, session_id, owner, config, deadline)
@@ -83,13 +85,13 @@ async def acquire(sessions: SupportsLease, session_id: str, config: LoopConfig) 
                     f"{type(lease).__name__}, not a Lease or None"
                 )
             return lease
-        left = deadline - trio.current_time()
+        left = deadline - now()
         if left <= 0:
             raise SessionBusyError(
                 f"session {session_id!r} is busy: another owner held its lease for the whole "
                 f"lease_wait ({config.lease_wait}s); nothing was written"
             )
-        await trio.sleep(min(delay * random.uniform(0.5, 1.0), left))
+        await anyio.sleep(min(delay * random.uniform(0.5, 1.0), left))
         delay = min(delay * 2, _LAST_POLL)
 
 
@@ -103,10 +105,9 @@ async def _acquire_once(
     interval (the last try, made at the deadline, gets that long). With
     ``lease_wait=0`` the one try is bounded by the store's own timeout.
     """
-    now = trio.current_time()
-    bound = max(deadline, now + _LAST_POLL) if config.lease_wait > 0 else math.inf
+    bound = max(deadline, clock()() + _LAST_POLL) if config.lease_wait > 0 else math.inf
     try:
-        with trio.CancelScope(deadline=bound) as scope:
+        with cancel_scope(deadline=bound) as scope:
             return await sessions.acquire_lease(session_id, owner, config.lease_ttl)
     except Exception as exc:
         raise StoreError(
@@ -138,8 +139,9 @@ def run_stores(parts: RunParts, sessions: SupportsLease, lease: Lease, covered: 
 class LeaseHolder:
     """One run's hold on its lease: renewed in the background while the run goes on, then released.
 
-    Renewal (every ``lease_ttl / 3``) comes from this trio run's one renewal
-    task (:class:`Renewals`). A renew that finds the lease taken over marks the
+    Renewal (every ``lease_ttl / 3``) comes from the event loop's renewals
+    (:func:`renewals`: one task per trio run, timers under asyncio). A renew
+    that finds the lease taken over marks the
     run's stores (``RunStores.lease_lost``: no further write) and cancels the
     run at once; :meth:`run` then raises that ``LeaseLostError``. Any other
     renew failure (or a renew slower than the interval) is a ``LoopWarning``
@@ -156,7 +158,7 @@ class LeaseHolder:
         self._emit = emit
         self.interval = config.lease_ttl / 3
         self._stores: RunStores | None = None  # the run's stores, while it runs
-        self._run_scope = trio.CancelScope()
+        self._run_scope = cancel_scope()
         self._renew_lost: LeaseLostError | None = None  # a renew found the lease taken over
         self._lost = False  # lost by a renew or a write: nothing to release
 
@@ -172,7 +174,7 @@ class LeaseHolder:
         """
         interval = self.interval
         try:
-            with trio.move_on_after(interval) as scope:
+            with cancel_scope(deadline=clock()() + interval) as scope:
                 lease = await self._sessions.renew_lease(self._lease, self._config.lease_ttl)
         except LeaseLostError as exc:
             if self._stores is not None:
@@ -197,7 +199,7 @@ class LeaseHolder:
                 cancelled at once and wrote nothing more.
             BaseException: whatever the run raised.
         """
-        renewals = Renewals.current()
+        renewals = current_renewals()
         self._stores = stores
         renewals.add(self)
         try:
@@ -222,7 +224,7 @@ class LeaseHolder:
             return
         bound = self._config.finalize_timeout
         # One scope: shielded from the caller's cancellation, yet bounded by its own deadline.
-        with trio.CancelScope(shield=True, deadline=trio.current_time() + bound) as scope:
+        with cancel_scope(shield=True, deadline=clock()() + bound) as scope:
             try:
                 await self._sessions.release_lease(self._lease)
             except Exception as exc:
