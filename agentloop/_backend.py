@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeAlias
 
 import anyio
@@ -44,6 +44,7 @@ __all__ = [
     "clock",
     "on_trio",
     "timeout_error",
+    "uncancellable",
 ]
 
 _library = sniffio.thread_local
@@ -129,8 +130,33 @@ def being_cancelled(exc: BaseException) -> bool:
     )
 
 
+async def uncancellable(work: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Await ``work()`` to its end even when the caller is cancelled meanwhile.
+
+    ``work`` bounds itself, in a shielded scope of its own with a deadline.
+    Under trio that scope is the whole shield. Under asyncio it does not stop a
+    ``Task.cancel()``, so ``work`` runs as a task of its own: the caller waits
+    for it through any cancellation (anyio scope, ``Task.cancel()``,
+    ``asyncio.timeout``), then raises ``CancelledError`` if one arrived
+    meanwhile (asyncio delivers a ``Task.cancel()`` once: it must not be lost).
+    """
+    if _library.name == "trio":
+        await work()
+        return
+    task = asyncio.get_running_loop().create_task(work())
+    interrupted = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            interrupted = True
+    task.result()
+    if interrupted:
+        raise asyncio.CancelledError
+
+
 def timeout_error() -> BaseException:
-    """What a bound that expired is reported as: ``trio.TooSlowError`` (trio) or ``TimeoutError``."""
+    """What an expired bound is reported as: ``trio.TooSlowError`` (trio) or ``TimeoutError``."""
     return trio.TooSlowError() if _library.name == "trio" else TimeoutError()
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-
 from agentloop._backend import checkpoint
 from agentloop._batch_checks import check_session_ids, check_steps
 from agentloop._protocols import SupportsAppendMany, SupportsGetMany

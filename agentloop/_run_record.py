@@ -12,7 +12,13 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from agentloop._backend import being_cancelled, cancel_scope, clock, timeout_error
+from agentloop._backend import (
+    being_cancelled,
+    cancel_scope,
+    clock,
+    timeout_error,
+    uncancellable,
+)
 from agentloop._config import RunResult
 from agentloop._describe import describe
 from agentloop._errors import StoreError
@@ -266,6 +272,8 @@ class RunRecord:
         timeout path already started (a run is never recorded for longer than
         one ``finalize_timeout``). A finalize abandoned at the bound, or one
         that fails, is reported as a ``LoopWarning``: ``exc`` still wins.
+        Under asyncio a ``Task.cancel()`` arriving meanwhile waits for the
+        finalize to end, then is raised (see ``_backend.uncancellable``).
         """
         if self._get_failed or self._stores.lease_lost is not None:
             return
@@ -276,6 +284,9 @@ class RunRecord:
         bound = self._record_deadline
         if bound is None:
             bound = self.now() + self._config.finalize_timeout
+        await uncancellable(lambda: self._finalize_shielded(status, bound))
+
+    async def _finalize_shielded(self, status: RunStatus, bound: float) -> None:
         # One scope: shielded from the caller's cancellation, yet bounded by its own deadline.
         with cancel_scope(shield=True, deadline=bound) as scope:
             summary = self._summary(status)
