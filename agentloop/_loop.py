@@ -239,16 +239,12 @@ class Loop:
         unknown), only ``finalize(timeout)``. Recording the timeout (``error``
         step, then ``finalize``) gets one ``finalize_timeout``; past it, a
         ``StoreError`` naming the operation that hung is raised (``__cause__``:
-        ``trio.TooSlowError`` under trio, ``TimeoutError`` under asyncio) and
-        nothing more is tried.
+        ``trio.TooSlowError``, or ``TimeoutError`` under asyncio); no retry.
 
-        **Cancellation**: the run stops, records ``finalize(cancelled)`` in a
-        shielded scope bounded by ``finalize_timeout``, then the cancellation
-        (``trio.Cancelled``, ``asyncio.CancelledError``) propagates; a finalize
-        abandoned at that bound is a ``LoopWarning``. Under asyncio every
-        source counts: anyio cancel scopes, ``Task.cancel()`` and
-        ``asyncio.timeout``; only a second ``Task.cancel()`` made during that
-        finalize interrupts it (asyncio cannot shield against one).
+        **Cancellation** (any source: cancel scopes, ``Task.cancel()``,
+        ``asyncio.timeout``): the run records ``finalize(cancelled)``, shielded
+        and bounded by ``finalize_timeout``, then the cancellation propagates; a
+        finalize abandoned at that bound is a ``LoopWarning``.
         Steps appended before it stay. A run cancelled while it waits for its
         session lock has not started and records nothing. Session data the loop
         cannot read back is a ``LoopWarning``: the run starts with empty working
