@@ -243,12 +243,12 @@ class Loop:
 
         **Cancellation** (any source: cancel scopes, ``Task.cancel()``,
         ``asyncio.timeout``): the run records ``finalize(cancelled)``, shielded
-        and bounded by ``finalize_timeout``, then the cancellation propagates; a
-        finalize abandoned at that bound is a ``LoopWarning``.
-        Steps appended before it stay. A run cancelled while it waits for its
-        session lock has not started and records nothing. Session data the loop
-        cannot read back is a ``LoopWarning``: the run starts with empty working
-        memory and leaves the stored text alone until a tool writes.
+        and bounded by ``finalize_timeout``, then the cancellation propagates (a
+        finalize abandoned at that bound is a ``LoopWarning``); its steps stay.
+        A run cancelled while it waits for its session lock records nothing.
+        Session data the loop cannot read back is a ``LoopWarning``: the run
+        starts with empty working memory and leaves the stored text alone until
+        a tool writes.
         """
         validate_session_id(session_id)
         check_text(message, "message")
