@@ -245,10 +245,9 @@ class Loop:
         ``asyncio.timeout``): the run records ``finalize(cancelled)``, shielded
         and bounded by ``finalize_timeout``, then the cancellation propagates (a
         finalize abandoned at that bound is a ``LoopWarning``); its steps stay.
-        A run cancelled while it waits for its session lock records nothing.
-        Session data the loop cannot read back is a ``LoopWarning``: the run
-        starts with empty working memory and leaves the stored text alone until
-        a tool writes.
+        A run cancelled while waiting for its session lock records nothing. Session
+        data the loop cannot read back is a ``LoopWarning``: the run starts with
+        empty working memory and leaves the stored text alone until a tool writes.
         """
         validate_session_id(session_id)
         check_text(message, "message")
