@@ -32,9 +32,11 @@ import sniffio
 import trio
 
 __all__ = [
+    "Lock",
     "LoopGoneError",
     "LoopHandle",
     "Scope",
+    "acquire_lock",
     "being_cancelled",
     "call_ends",
     "call_starts",
@@ -42,6 +44,7 @@ __all__ = [
     "cancelled_error",
     "checkpoint",
     "clock",
+    "new_lock",
     "on_trio",
     "timeout_error",
     "uncancellable",
@@ -97,6 +100,31 @@ def clock() -> Callable[[], float]:
 
 
 Scope: TypeAlias = "trio.CancelScope | anyio.CancelScope"
+Lock: TypeAlias = "trio.Lock | asyncio.Lock"
+
+
+def new_lock() -> Lock:
+    """A lock of the running backend: ``trio.Lock`` or ``asyncio.Lock`` (FIFO on both)."""
+    return trio.Lock() if _library.name == "trio" else asyncio.Lock()
+
+
+async def acquire_lock(lock: Lock) -> None:
+    """``lock.acquire()``, a checkpoint, without a scheduler round trip when the lock is free.
+
+    A cancellation already pending is raised before the lock is taken. Under
+    trio that is ``checkpoint_if_cancelled`` and ``acquire_nowait``; under
+    asyncio a ``sleep(0)`` (a ``Task.cancel()`` lands only at a schedule
+    point), after which a free ``asyncio.Lock`` is taken without suspending.
+    """
+    if isinstance(lock, trio.Lock):
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            lock.acquire_nowait()  # fails while another task holds it or waits for it
+        except trio.WouldBlock:
+            await lock.acquire()
+        return
+    await asyncio.sleep(0)
+    await lock.acquire()
 
 
 def cancel_scope(*, deadline: float = math.inf, shield: bool = False) -> Scope:

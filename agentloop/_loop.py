@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING
 
 import attrs
-import trio
 
-from agentloop._backend import on_trio
+from agentloop._backend import Lock, acquire_lock, new_lock
 from agentloop._compaction import Compactor
 from agentloop._config import LoopConfig, RunResult
 from agentloop._lease import SupportsLease
@@ -28,27 +26,8 @@ if TYPE_CHECKING:
 
 @attrs.define
 class _SessionLock:
-    lock: trio.Lock | asyncio.Lock  # the backend's own: the loop holds it across one run
+    lock: Lock  # the backend's own: the loop holds it across one run
     users: int = 0
-
-
-async def _acquire(lock: trio.Lock | asyncio.Lock) -> None:
-    """``lock.acquire()``, without its scheduler round trip when the lock is free.
-
-    The run that follows checkpoints at every store call; a cancellation already
-    pending is still raised here, before the lock is taken. Under asyncio that
-    takes a schedule point (``sleep(0)``: a ``Task.cancel()`` lands only there);
-    a free ``asyncio.Lock`` is then taken without suspending again.
-    """
-    if isinstance(lock, trio.Lock):
-        await trio.lowlevel.checkpoint_if_cancelled()
-        try:
-            lock.acquire_nowait()  # fails while another run holds it or waits for it
-        except trio.WouldBlock:
-            await lock.acquire()
-        return
-    await asyncio.sleep(0)
-    await lock.acquire()
 
 
 def _check_on_event(on_event: object) -> None:
@@ -183,8 +162,7 @@ class Loop:
     def _hold(self, session_id: str) -> _SessionLock:
         entry = self._locks.get(session_id)
         if entry is None:
-            lock = trio.Lock() if on_trio() else asyncio.Lock()
-            entry = self._locks[session_id] = _SessionLock(lock)
+            entry = self._locks[session_id] = _SessionLock(new_lock())
         entry.users += 1
         return entry
 
@@ -253,7 +231,7 @@ class Loop:
         check_text(message, "message")
         entry = self._hold(session_id)
         try:
-            await _acquire(entry.lock)
+            await acquire_lock(entry.lock)
             try:
                 return await self._start(session_id, message)
             finally:
