@@ -1,8 +1,9 @@
 """The SQL of every ``PostgresStore`` operation, one autocommit statement each.
 
 Each operation is a single statement, so it is its own transaction: it
-commits whole or not at all. A fenced write is the exception: one
-transaction holding a share lock on the session's lease row, then the write.
+commits whole or not at all. A fenced append is one statement too (see
+``_pg_append``). The other fenced writes are the exception: one transaction
+holding a share lock on the session's lease row, then the write.
 
 Imported only once psycopg is known to be installed.
 """
