@@ -111,5 +111,6 @@ class AppendSql:
         for step, key in items:
             params.extend(step_params(step, key))
         params += (lease.token, lease.owner)
-        row = conn.execute(query, params).fetchone()
+        # One row is the hot case: prepared on its first run on a connection.
+        row = conn.execute(query, params, prepare=len(items) == 1 or None).fetchone()
         check_fence(lease, Held(row[0], int(row[1]), row[2]) if row is not None else None)

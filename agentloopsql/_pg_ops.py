@@ -165,7 +165,8 @@ class PgOps:
         self._appends = AppendSql(quoted)
 
     def append(self, conn: Conn, step: RunStep, key: int) -> None:
-        conn.execute(self.q["append"], step_params(step, key))
+        # The hot statement: prepared on its first run on a connection, not its fifth.
+        conn.execute(self.q["append"], step_params(step, key), prepare=True)
 
     def append_many(self, conn: Conn, items: list[tuple[RunStep, int]]) -> None:
         """All of ``items`` in one multi-row INSERT: one statement, all rows or none, in order.

@@ -23,6 +23,7 @@ from test_pg_retry import race_lost_attempt, raw
 from agentloop import Lease, LeaseLostError, RunStep, StoreError
 from agentloop._validate import check_fence
 from agentloopsql import PostgresStore
+from agentloopsql._jobs import Read
 from agentloopsql._leases import Held
 
 
@@ -210,3 +211,26 @@ async def test_refused_fenced_append_names_append(pg: PostgresStore, dsn: str) -
     with pytest.raises(StoreError, match=r"^PostgreSQL refused append: .*'short'"):
         await pg.fenced(lease).append(RunStep("s", 0, "user", content="y" * 20))
     assert contents(dsn, pg) == []
+
+
+def _prepared_inserts(conn: Any) -> int:
+    rows = conn.execute(
+        "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", ("%INSERT INTO%",)
+    ).fetchall()
+    return int(rows[0][0])
+
+
+async def test_one_row_appends_are_prepared_on_first_use(dsn: str) -> None:
+    """A plain and a fenced one-row append are server-side prepared statements from their
+    first run on a connection (psycopg would wait for the fifth)."""
+    async with (
+        fresh_schema(dsn) as schema,
+        await PostgresStore.open(dsn, schema=schema, pool_size=1) as pg,
+    ):
+        await pg.append(step(0))
+        assert await pg._run(Read(_prepared_inserts)) == 1
+        lease = await pg.acquire_lease("s", "a", 60)
+        assert lease is not None
+        await pg.fenced(lease).append(step(1))
+        assert await pg._run(Read(_prepared_inserts)) == 2
+        assert contents(dsn, pg) == ["s0", "s1"]
