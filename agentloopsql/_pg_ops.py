@@ -35,6 +35,10 @@ _UNTIL = "now() + make_interval(secs => %(ttl)s)"
 
 R = TypeVar("R")
 
+# How long a fenced write's transaction may sit idle (its worker thread sends
+# the next statement at once, so only a client that is gone comes near it).
+FENCE_IDLE_MS = 10_000
+
 _QUERIES = {
     "append_landed": "SELECT 1 FROM {s}.steps WHERE session_id = %s AND append_key = %s LIMIT 1",
     "last_n": (
@@ -134,9 +138,13 @@ _QUERIES = {
     "lease_held": "SELECT owner, token, expires_at IS NULL FROM {s}.leases WHERE session_id = %s",
     # The share lock makes a takeover (which must lock the row to update it)
     # wait until the fenced write's transaction ends, and makes the check
-    # read the latest committed row, never a stale one.
+    # read the latest committed row, never a stale one. A transaction whose
+    # client is gone would hold that lock forever: past FENCE_IDLE_MS idle,
+    # the server ends it (set here, no round trip of its own).
     "lease_fence": (
-        "SELECT owner, token, expires_at IS NULL FROM {s}.leases WHERE session_id = %s FOR SHARE"
+        "SELECT owner, token, expires_at IS NULL, "
+        "set_config('idle_in_transaction_session_timeout', %s, true) "
+        "FROM {s}.leases WHERE session_id = %s FOR SHARE"
     ),
 }
 
@@ -311,7 +319,8 @@ class PgOps:
 
     def fenced_write(self, conn: Conn, lease: Lease, write: Callable[[Conn], R]) -> R:
         with conn.transaction():
-            row = conn.execute(self.q["lease_fence"], (lease.session_id,)).fetchone()
+            params = (str(FENCE_IDLE_MS), lease.session_id)
+            row = conn.execute(self.q["lease_fence"], params).fetchone()
             check_fence(lease, Held(row[0], int(row[1]), row[2]) if row is not None else None)
             return write(conn)
 

@@ -234,3 +234,31 @@ async def test_one_row_appends_are_prepared_on_first_use(dsn: str) -> None:
         await pg.fenced(lease).append(step(1))
         assert await pg._run(Read(_prepared_inserts)) == 2
         assert contents(dsn, pg) == ["s0", "s1"]
+
+
+async def test_lost_fenced_write_frees_the_lease_row(
+    dsn: str, proxy: CuttingProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fenced write (a transaction) cut on the client side only: the server ends the
+    abandoned transaction once idle, so its retry lands and the lease can be taken over."""
+    monkeypatch.setattr("agentloopsql._pg_ops.FENCE_IDLE_MS", 300)
+    routed = psycopg.conninfo.make_conninfo(dsn, host="127.0.0.1", port=proxy.port)
+    async with fresh_schema(dsn) as schema:
+        try:
+            async with await PostgresStore.open(
+                routed, schema=schema, pool_size=1, statement_timeout=10
+            ) as pg:
+                lease = await pg.acquire_lease("s", "a", 60)
+                assert lease is not None
+                view = pg.fenced(lease)
+                await view.update_data("s", "[0]")
+                await race_lost_attempt(
+                    pg, dsn, proxy, "sessions", lambda: view.update_data("s", "[1]")
+                )
+                assert (await pg.get("s")).data == "[1]"
+                await pg.release_lease(lease)
+                taken = await pg.acquire_lease("s", "b", 60)
+                assert taken is not None
+                assert taken.token == lease.token + 1
+        finally:
+            proxy.close()
