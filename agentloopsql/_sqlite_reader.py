@@ -1,9 +1,9 @@
-"""Short reads of a ``SqliteStore`` on the trio thread: the one inline exception DESIGN §6 allows.
+"""Short reads of a ``SqliteStore`` on the event loop thread: DESIGN §6's one inline exception.
 
 A hop to the store's worker thread and back costs more than reading the
 newest steps of a session. So ``last_n`` (for windows up to
 :data:`INLINE_MAX` steps) and ``get`` run on a second connection, opened
-read-only (``mode=ro``) on the same WAL file, directly on the trio thread —
+read-only (``mode=ro``) on the same WAL file, directly on the loop's thread —
 only when they cannot wait:
 
 - the connection's ``busy_timeout`` is 0, so SQLite never sleeps for a
@@ -12,7 +12,7 @@ only when they cannot wait:
   the worker thread instead, which waits in cancellable slices;
 - both reads walk an index (``last_n`` backwards from the newest step);
 - any other SQLite error, or the connection being in use by another thread
-  (a store shared between trio runs), also sends the call to the worker,
+  (a store shared between event loops in other threads), also sends the call to the worker,
   which reports failures exactly as before.
 
 A WAL reader never waits for the writer and sees every commit made before it
@@ -29,9 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TypeVar
 
-import trio
-
 from agentloop import Session, validate_n, validate_session_id
+from agentloop._backend import call_ends, call_starts
 from agentloopsql._jobs import Read
 
 if TYPE_CHECKING:
@@ -53,7 +52,7 @@ MISS: Final = _Miss()
 
 
 class InlineReader:
-    """A read-only connection used on the trio thread; see the module docstring."""
+    """A read-only connection used on the event loop thread; see the module docstring."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn: sqlite3.Connection | None = conn
@@ -114,10 +113,10 @@ class InlineReads:
     async def _read(self, fn: Callable[[sqlite3.Connection], R]) -> R:
         reader = self._reader
         if reader is not None and not self._closed and not self._workers.dead:
-            await trio.lowlevel.checkpoint_if_cancelled()
+            await call_starts()
             found = reader.read(fn)
             if not isinstance(found, _Miss):
-                await trio.lowlevel.cancel_shielded_checkpoint()
+                await call_ends()
                 return found
         return await self._workers.call(Read(fn))
 
