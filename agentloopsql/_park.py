@@ -24,14 +24,17 @@ that from spinning) and absorbing further ``Task.cancel()`` calls. Then:
   scope, anyio does that itself (its cancellation is level-triggered, and a
   ``Task.cancel()`` that came with it surfaces at that scope's exit);
   otherwise the request came from ``Task.cancel()`` or ``asyncio.timeout()``
-  and is re-armed with ``task.uncancel()`` then ``task.cancel(msg)``, which
-  leaves the task's cancel count as it was.
+  and is re-armed (``task.uncancel()`` then ``task.cancel(msg)``, leaving the
+  count as it was) by a loop callback, so it lands at the caller's next
+  suspension, unless an ``asyncio.timeout`` block ended first (see
+  :func:`redeliver`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 import weakref
 from collections.abc import Callable
@@ -144,15 +147,24 @@ def redeliver(cancelled: asyncio.CancelledError) -> None:
     """Deliver a cancellation the caller absorbed at its next suspension (asyncio only).
 
     Nothing to do inside a cancelled anyio scope: anyio cancels again by
-    itself. Otherwise the request came from ``Task.cancel()`` (or
-    ``asyncio.timeout``): re-arm it, leaving the task's cancel count as it was.
+    itself. Otherwise the request came from ``Task.cancel()`` or
+    ``asyncio.timeout``: it is re-armed once the caller suspends next (a loop
+    callback), unless by then its owner withdrew it (an ``asyncio.timeout``
+    block that ended at once uncancels) or a newer request already landed.
+    The task's cancel count is left as its sources made it.
     """
-    if anyio.current_effective_deadline() == -float("inf"):
+    if anyio.current_effective_deadline() == -math.inf:
         return
     task = asyncio.current_task()
     assert task is not None
-    task.uncancel()
-    task.cancel(cancelled.args[0] if cancelled.args else None)
+    message = cancelled.args[0] if cancelled.args else None
+    asyncio.get_running_loop().call_soon(_rearm, task, task.cancelling(), message)
+
+
+def _rearm(task: asyncio.Task[Any], requests: int, message: object) -> None:
+    if requests > 0 and not task.done() and task.cancelling() == requests:
+        task.uncancel()
+        task.cancel(message)
 
 
 async def to_thread_shielded(fn: Callable[..., T], *args: object) -> T:

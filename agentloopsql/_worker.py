@@ -25,6 +25,7 @@ every worker is busy and jobs wait.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import threading
 import time
@@ -140,6 +141,7 @@ class Workers(Generic[ConnT]):
                 ``queue_timeout`` error when no worker took it in time.
         """
         if not on_trio():
+            await asyncio.sleep(0)  # the checkpoint: a cancellation lands before the queueing
             ajob = asyncio_job(work)
             self._enqueue(ajob)
             return await wait_asyncio(ajob, self._unqueue, self._executor.interrupt)

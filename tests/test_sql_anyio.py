@@ -15,6 +15,7 @@ from _sql_support import SqlTarget, open_sql_store
 
 from agentloop import RunStep, Session, StoreClosedError
 from agentloopsql import PostgresStore, SqliteStore
+from agentloopsql._jobs import IdempotentWrite
 from agentloopsql._sqlite_reader import INLINE_MAX
 
 pytestmark = pytest.mark.anyio
@@ -180,3 +181,43 @@ class TestInlineReads:
         lite._reader.read = spying  # type: ignore[method-assign]
         assert len(await lite.last_n("s", 1)) == 1
         assert threads == [threading.get_ident()]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("block_ends", [True, False])
+async def test_expired_timeout_around_a_completed_call(store: Store, block_ends: bool) -> None:
+    """A taken call completes past its ``asyncio.timeout``: it returns; a block that goes on
+    raises TimeoutError at its next await; a block that ends right there leaks nothing."""
+    started, gate = threading.Event(), threading.Event()
+    ops: Any = store._ops
+
+    def append_then_wait(conn: Any) -> str:
+        ops.append(conn, step("s", 3), 1)
+        started.set()
+        gate.wait()
+        return "done"
+
+    events: list[str] = []
+
+    async def call() -> None:
+        try:
+            async with asyncio.timeout(None) as timeout:
+                timeouts.append(timeout)
+                events.append(await store._run(IdempotentWrite(append_then_wait)))
+                if not block_ends:
+                    await asyncio.sleep(0)
+                    events.append("not cancelled")
+        except TimeoutError:
+            events.append("timeout")
+        await asyncio.sleep(0)  # nothing left over for the task
+        await asyncio.sleep(0.01)
+        events.append(f"count {cancelling()}")
+
+    timeouts: list[asyncio.Timeout] = []
+    async with anyio.create_task_group() as group:
+        group.start_soon(call)
+        await anyio.to_thread.run_sync(started.wait)
+        timeouts[0].reschedule(asyncio.get_running_loop().time())
+        await anyio.sleep(0.05)
+        gate.set()
+    assert events == ["done", "count 0"] if block_ends else ["done", "timeout", "count 0"]
