@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +94,7 @@ async def test_concurrent_appends_and_reads(store: Store) -> None:
 async def test_a_cancelled_scope_stops_every_call_before_it_acts(store: Store) -> None:
     """Every public call is a checkpoint: in a cancelled anyio scope it raises and does nothing."""
     await store.append(step("s", 0))
-    calls = [
+    calls: list[Callable[[], Awaitable[object]]] = [
         lambda: store.append(step("s", 1)),
         lambda: store.append_many([]),
         lambda: store.last_n("s", 5),
