@@ -22,6 +22,7 @@ databases have no second connection: every call goes to the worker.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sqlite3
 import threading
@@ -29,8 +30,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TypeVar
 
+import trio
+
 from agentloop import Session, validate_n, validate_session_id
-from agentloop._backend import call_ends, call_starts
+from agentloop._backend import on_trio
 from agentloopsql._jobs import Read
 
 if TYPE_CHECKING:
@@ -113,10 +116,15 @@ class InlineReads:
     async def _read(self, fn: Callable[[sqlite3.Connection], R]) -> R:
         reader = self._reader
         if reader is not None and not self._closed and not self._workers.dead:
-            await call_starts()
+            # _backend's call_starts/call_ends, inlined: this is the hottest read path.
+            if trio_run := on_trio():
+                await trio.lowlevel.checkpoint_if_cancelled()
+            else:
+                await asyncio.sleep(0)
             found = reader.read(fn)
             if not isinstance(found, _Miss):
-                await call_ends()
+                if trio_run:
+                    await trio.lowlevel.cancel_shielded_checkpoint()
                 return found
         return await self._workers.call(Read(fn))
 
