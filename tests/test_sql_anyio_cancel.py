@@ -9,6 +9,7 @@ task's cancel count as its source left it.
 from __future__ import annotations
 
 import asyncio
+import random
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -134,9 +135,7 @@ async def test_taken_and_completed_returns(store: Store, source: str) -> None:
     assert [s.step_index for s in await store.all("s")] == [3]
 
 
-async def test_sqlite_call_waiting_for_a_lock_is_interrupted(
-    tmp_path: Path, source: str
-) -> None:
+async def test_sqlite_call_waiting_for_a_lock_is_interrupted(tmp_path: Path, source: str) -> None:
     """A taken SQLite write waiting for another connection's lock is dropped: it did nothing."""
     path = tmp_path / "locked.db"
     async with await SqliteStore.open(path) as store:
@@ -192,3 +191,34 @@ async def test_postgres_statement_cancelled_on_the_server(
         assert (await store.get("x")).data == '"before"'
         assert (await store.revision("x")) > 0
         assert (await store._run(Read(lambda conn: 1))) == 1  # the connection still works
+
+
+async def test_random_cancellation_is_all_or_nothing(store: Store, source: str) -> None:
+    """8 tasks x 25 appends, each cancelled after a random delay: returned iff stored."""
+    rng = random.Random(7)
+    returned: dict[int, list[int]] = {task: [] for task in range(8)}
+
+    async def writer(task: int) -> None:
+        for index in range(25):
+
+            async def append(task: int = task, index: int = index) -> None:
+                await store.append(RunStep(f"t{task}", index, "tool_result"))
+                returned[task].append(index)  # no checkpoint in between: it returned
+
+            async with anyio.create_task_group() as group:
+                caller = Caller(source, append)
+                caller.start(group)
+                for _ in range(rng.randrange(1, 6)):
+                    await anyio.lowlevel.checkpoint()
+                await anyio.sleep(rng.choice([0, 0, 0.002, 0.02]))
+                if not caller.events:  # the call has not returned yet
+                    caller.cancel()
+
+    async with anyio.create_task_group() as group:
+        for task in range(8):
+            group.start_soon(writer, task)
+    total = 0
+    for task, indices in returned.items():
+        assert [s.step_index for s in await store.all(f"t{task}")] == indices
+        total += len(indices)
+    assert 0 < total < 8 * 25  # both outcomes happened
