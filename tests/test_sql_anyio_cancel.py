@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import socket
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -222,3 +223,43 @@ async def test_random_cancellation_is_all_or_nothing(store: Store, source: str) 
         assert [s.step_index for s in await store.all(f"t{task}")] == indices
         total += len(indices)
     assert 0 < total < 8 * 25  # both outcomes happened
+
+
+async def test_cancelled_close_still_finishes(tmp_path: Path, source: str) -> None:
+    """``aclose`` is shielded: cancelled, it still waits for the busy worker, then the
+    cancellation lands at the closer's next checkpoint; the store ends closed."""
+    store = await SqliteStore.open(tmp_path / "close.db")
+    caller = Caller(source, store.aclose)
+    gate = threading.Event()
+    async with anyio.create_task_group() as group:
+        await occupy(store, group, gate)
+        try:
+            caller.start(group)
+            await anyio.sleep(0.05)  # the closer waits for the worker thread
+            caller.cancel()
+            await anyio.sleep(0.05)
+            assert not caller.done
+        finally:
+            gate.set()
+    assert caller.events == ["returned None", *raised(source)]
+    assert not any(thread.is_alive() for thread in store._workers._threads)
+    assert "closed" in repr(store)
+
+
+async def test_cancelled_postgres_open_returns_promptly(source: str) -> None:
+    """An open still connecting (to a server that never answers) is cancelled at once."""
+    with socket.create_server(("127.0.0.1", 0)) as sock:  # accepts (backlog), never answers
+        port = sock.getsockname()[1]
+        caller = Caller(
+            source,
+            lambda: PostgresStore.open(
+                f"postgresql://nobody@127.0.0.1:{port}/none?connect_timeout=60"
+            ),
+        )
+        async with anyio.create_task_group() as group:
+            caller.start(group)
+            await anyio.sleep(0.2)
+            caller.cancel()
+            with anyio.fail_after(20):  # not the 60 s the connection attempt may take
+                await until(lambda: caller.done)
+    assert caller.events == raised(source)
