@@ -41,7 +41,8 @@ class PostgresStore(SqlStoreBase["Conn"]):
     Open with ``await PostgresStore.open(dsn)``. Implements both protocols and
     every optional capability (``put``, ``final``, ``all``, ``list_sessions``,
     ``delete_session``, ``aclose``); also an async context manager. Many
-    processes and machines may share one schema.
+    processes and machines may share one schema. Use it from trio or asyncio
+    (through anyio or directly), in the event loop that opened it or later ones.
 
     Calls queue to ``pool_size`` worker threads, each borrowing a connection
     from a ``psycopg_pool.ConnectionPool``; more calls wait their turn, for at
@@ -72,8 +73,8 @@ class PostgresStore(SqlStoreBase["Conn"]):
     **Cancellation handling** (the rule is :class:`SqlStoreBase`'s): once a
     worker has taken a call, the server is asked to cancel its statement
     (for batched appends, only once every caller in the batch is cancelled).
-    A statement the server cancelled rolled back, so the call raises
-    the backend's cancellation; one that had already committed returns normally. A
+    A statement the server cancelled rolled back, so the call raises the
+    backend's cancellation; one that had already committed returns normally. A
     call being retried after a lost connection is not cancelled on the server
     (its first attempt's outcome is still being settled).
     """
