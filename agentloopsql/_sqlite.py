@@ -16,6 +16,7 @@ from agentloopsql._base import SqlStoreBase
 from agentloopsql._jobs import Read
 from agentloopsql._sqlite_exec import SqliteExecutor
 from agentloopsql._sqlite_lease import SqliteLeaseOps
+from agentloopsql._sqlite_paths import checked_path
 from agentloopsql._sqlite_reader import InlineReader, InlineReads
 from agentloopsql._sqlite_schema import SYNCHRONOUS, connect
 from agentloopsql._worker import Workers
@@ -287,7 +288,7 @@ class SqliteStore(InlineReads, SqlStoreBase[sqlite3.Connection]):
         raises the backend's cancellation; a migration already under way finishes or
         rolls back whole.
         """
-        name = _checked_path(path)
+        name = checked_path(path)
         if not isinstance(verify, bool):
             raise TypeError(f"verify must be a bool, got {preview(verify)}")
         mode = _checked_mode(synchronous)
@@ -327,18 +328,6 @@ class SqliteStore(InlineReads, SqlStoreBase[sqlite3.Connection]):
 
 def _ready(conn: sqlite3.Connection) -> None:
     """The first job: reaching it proves the connection opened and migrated."""
-
-
-def _checked_path(path: object) -> str:
-    """``path`` as the non-empty ``str`` SQLite opens."""
-    if not isinstance(path, str | os.PathLike):
-        raise TypeError(f"path must be a str or os.PathLike, got {preview(path)}")
-    name = os.fspath(path)
-    if not isinstance(name, str):
-        raise TypeError(f"path must name a file as str, got {preview(name)}")
-    if not name:
-        raise ValueError("path must name a file (or be ':memory:'), got ''")
-    return name
 
 
 def _checked_mode(synchronous: object) -> str:
