@@ -221,3 +221,43 @@ async def test_expired_timeout_around_a_completed_call(store: Store, block_ends:
         await anyio.sleep(0.05)
         gate.set()
     assert events == ["done", "count 0"] if block_ends else ["done", "timeout", "count 0"]
+
+
+def test_one_store_shared_by_a_trio_run_and_an_asyncio_loop(tmp_path: Path) -> None:
+    """Two event loops of different backends, in two threads, share one store: a batch
+    may hold both loops' calls, and each caller is woken on its own loop."""
+    path = tmp_path / "shared.db"
+    store = anyio.run(SqliteStore.open, path, backend="trio")
+    errors: list[BaseException] = []
+
+    async def writer(session: str) -> None:
+        async with anyio.create_task_group() as group:
+            for task in range(8):
+
+                async def write(task: int = task) -> None:
+                    for index in range(10):
+                        await store.append(step(f"{session}{task}", index))
+                        assert len(await store.last_n(f"{session}{task}", 3)) == min(index + 1, 3)
+
+                group.start_soon(write)
+
+    def run(backend: str) -> None:
+        try:
+            anyio.run(writer, backend, backend=backend)
+        except BaseException as exc:  # reported below, on the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in ("trio", "asyncio")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+
+    async def check() -> None:
+        for session in ("trio", "asyncio"):
+            for task in range(8):
+                assert len(await store.all(f"{session}{task}")) == 10
+        await store.aclose()
+
+    anyio.run(check, backend="asyncio")
