@@ -45,6 +45,7 @@ import outcome
 import trio
 
 from agentloop._backend import LoopGoneError, LoopHandle, on_trio
+from agentloopsql._jobs import AnyWork
 
 ConnT = TypeVar("ConnT")
 T = TypeVar("T")
@@ -67,7 +68,7 @@ class Job(Generic[ConnT]):
 
     def __init__(
         self,
-        work: Any,
+        work: AnyWork[ConnT],
         task: trio.lowlevel.Task | None,
         token: trio.lowlevel.TrioToken | LoopHandle,
     ) -> None:
@@ -85,7 +86,9 @@ class AsyncioJob(Job[ConnT]):
 
     __slots__ = ("delivered", "loop", "waiter")
 
-    def __init__(self, work: Any, handle: LoopHandle, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, work: AnyWork[ConnT], handle: LoopHandle, loop: asyncio.AbstractEventLoop
+    ) -> None:
         super().__init__(work, None, handle)
         self.loop = loop
         self.waiter: asyncio.Future[None] = loop.create_future()
@@ -97,7 +100,7 @@ _handles: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopHandle] = (
 )
 
 
-def asyncio_job(work: Any) -> AsyncioJob[Any]:
+def asyncio_job(work: AnyWork[ConnT]) -> AsyncioJob[ConnT]:
     """A job for ``work`` whose caller is the running asyncio task."""
     loop = asyncio.get_running_loop()
     handle = _handles.get(loop)
