@@ -262,3 +262,21 @@ async def test_lost_fenced_write_frees_the_lease_row(
                 assert taken.token == lease.token + 1
         finally:
             proxy.close()
+
+
+@pytest.mark.anyio
+async def test_fenced_append_on_each_backend(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under trio and asyncio: one statement, stored when the lease holds, refused whole
+    (nothing stored) once the lease was taken over."""
+    async with fresh_schema(dsn) as schema, await PostgresStore.open(dsn, schema=schema) as pg:
+        old = await pg.acquire_lease("s", "a", 60)
+        assert old is not None
+        counted = _Statements(monkeypatch)
+        counted.on = True
+        await pg.fenced(old).append_many([step(0), step(1)])
+        assert (counted.executes, counted.transactions) == (1, 0)
+        counted.on = False
+        _set_lease(dsn, pg, "b", old.token + 1, False)
+        with pytest.raises(LeaseLostError):
+            await pg.fenced(old).append(step(2))
+        assert contents(dsn, pg) == ["s0", "s1"]
