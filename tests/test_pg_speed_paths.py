@@ -4,7 +4,9 @@ The lease check and the INSERT of a fenced append are one autocommit statement
 (one round trip, not ``BEGIN``, the lease read, the INSERT and ``COMMIT``). It
 judges the lease exactly as ``check_fence`` does, keeps its retry key (a lost
 attempt is never applied twice), and a refused row fails with a message
-naming ``append``.
+naming ``append``. One-row appends are prepared from their first run. A fenced
+write that is still a transaction is ended by the server once its client is
+gone, so the lease row it locked is freed.
 """
 
 from __future__ import annotations
