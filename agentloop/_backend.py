@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, TypeAlias
 
 import anyio
@@ -61,18 +61,34 @@ def on_trio() -> bool:
     return _library.name == "trio"
 
 
-async def call_starts() -> None:
+class _Done:
+    """An awaitable that completes at once, without suspending."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        yield from ()
+
+
+_DONE = _Done()
+_checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
+_cancel_shielded_checkpoint = trio.lowlevel.cancel_shielded_checkpoint
+
+
+# Plain functions returning the awaitable, not ``async def`` wrappers: a wrapper
+# adds a coroutine frame per call, ~9% of an in-memory store call under trio.
+def call_starts() -> Awaitable[None]:
     """The cancellation point before a store call's synchronous work; see the module docstring."""
     if _library.name == "trio":
-        await trio.lowlevel.checkpoint_if_cancelled()
-    else:
-        await asyncio.sleep(0)
+        return _checkpoint_if_cancelled()
+    return asyncio.sleep(0)
 
 
-async def call_ends() -> None:
+def call_ends() -> Awaitable[None]:
     """The schedule point after a store call's work (trio only; never raises cancellation)."""
     if _library.name == "trio":
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        return _cancel_shielded_checkpoint()
+    return _DONE
 
 
 def cancelled_error() -> type[BaseException]:
