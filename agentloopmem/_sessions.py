@@ -116,7 +116,7 @@ class SessionStore(RevisionMethods):
         seq = next(self._write_seq)
         record = self._records.get(session_id)
         if record is None:
-            record = _Record(Session(id=session_id), None, now, now, 0, seq)
+            record = _Record(_trusted_session(session_id), None, now, now, 0, seq)
             self._records[session_id] = record
         else:
             record.updated_at = now
@@ -136,7 +136,7 @@ class SessionStore(RevisionMethods):
             self._check_open()
             record = self._records.get(session_id)
         await call_ends()
-        return record.session if record is not None else Session(id=session_id)
+        return record.session if record is not None else _trusted_session(session_id)
 
     async def get_many(self, session_ids: Sequence[str]) -> list[Session]:
         """One session per id, in the order asked (duplicates too), read under one lock
