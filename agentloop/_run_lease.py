@@ -14,8 +14,9 @@ import socket
 from typing import TYPE_CHECKING, cast
 
 import anyio
+import trio
 
-from agentloop._backend import Scope, cancel_scope, clock
+from agentloop._backend import Scope, cancel_scope, clock, on_trio
 from agentloop._describe import describe, describe_message
 from agentloop._errors import LeaseLostError, SessionBusyError, StoreError
 from agentloop._events import LoopWarning
@@ -246,18 +247,44 @@ class LeaseHolder:
         """
         if self._lost:
             return
-        bound = self._config.finalize_timeout
+        if on_trio():
+            await self._release_in_run_scope()
+            return
         # One scope: shielded from the caller's cancellation, yet bounded by its own deadline.
-        with cancel_scope(shield=True, deadline=clock()() + bound) as scope:
-            try:
-                await self._sessions.release_lease(self._lease)
-            except Exception as exc:
-                self._warn(f"release_lease failed; the lease expires on its own: {describe(exc)}")
+        with cancel_scope(shield=True, deadline=clock()() + self._config.finalize_timeout) as scope:
+            await self._release_once()
         if scope.cancelled_caught:
-            self._warn(
-                f"release_lease abandoned after {bound}s (finalize_timeout); "
-                f"the lease expires on its own"
-            )
+            self._abandoned()
+
+    async def _release_in_run_scope(self) -> None:
+        """Under trio the run's own scope, shielded and given the bound, holds the release.
+
+        No renew can cancel that scope any more (the run left the renewals). A
+        ``Cancelled`` here is then the bound's: it is the warning, not an error. The
+        shield is lifted after, so a cancellation of the caller still propagates
+        out of the run's scope (which caught only its own).
+        """
+        scope = self._run_scope
+        scope.shield = True
+        scope.deadline = clock()() + self._config.finalize_timeout
+        try:
+            await self._release_once()
+        except trio.Cancelled:
+            self._abandoned()
+        finally:
+            scope.shield = False
+
+    async def _release_once(self) -> None:
+        try:
+            await self._sessions.release_lease(self._lease)
+        except Exception as exc:
+            self._warn(f"release_lease failed; the lease expires on its own: {describe(exc)}")
+
+    def _abandoned(self) -> None:
+        self._warn(
+            f"release_lease abandoned after {self._config.finalize_timeout}s (finalize_timeout); "
+            f"the lease expires on its own"
+        )
 
 
 async def run_leased(
