@@ -70,8 +70,7 @@ class WorkingMemory:
                 return str(exc)
             self.context = ToolContext(self._stores.session_id, data)
             return None
-        self.context = ToolContext(self._stores.session_id)
-        self._baseline = canonical_json(self.context.data)
+        self.context = ToolContext(self._stores.session_id)  # data {}: the baseline "{}"
         return None
 
     def discard_changes(self) -> None:

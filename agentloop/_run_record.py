@@ -151,17 +151,33 @@ class RunRecord:
             StoreError: the append failed, or the session already holds a step
                 at the last index a step can have (``INT32_MAX``).
         """
-        step = self.next_step(
-            kind,
-            content,
-            tool_args,
-            seconds=seconds,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-        )
+        index = self.next_index
+        if index < INT32_MAX:  # as next_step builds it (which raises past the last index)
+            step = _build_step(
+                self._stores.session_id,
+                index,
+                kind,
+                content,
+                tool_args,
+                _ms(seconds),
+                prompt_tokens,
+                completion_tokens,
+            )
+        else:
+            step = self.next_step(
+                kind,
+                content,
+                tool_args,
+                seconds=seconds,
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+            )
         await self._stores.append(step)
-        self._appended(step)
-        return step.step_index
+        self.next_index = index + 1
+        self.steps_appended += 1
+        if self._watched:
+            self._emit(StepAppended(step))
+        return index
 
     async def append_batch(self, steps: Sequence[RunStep]) -> None:
         """Append ``steps`` (from :meth:`next_step`, offsets ``0..len - 1``) as one batch.

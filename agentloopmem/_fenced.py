@@ -157,12 +157,19 @@ class FencedStore(FencedSessionStore):
             return
         sessions, steps = self._sessions, self._steps
         await call_starts()
+        # Inline checks (the same, in the same order): every step of a leased run comes here.
         with sessions._lock:
-            sessions._check_open()
+            if sessions._closed:
+                sessions._check_open()
             sessions._leases.check_fence(self._lease)
             with steps._lock:
-                steps._check_open()
-                steps._steps.setdefault(step.session_id, []).append(step)
+                if steps._closed:
+                    steps._check_open()
+                trace = steps._steps.get(step.session_id)
+                if trace is None:
+                    steps._steps[step.session_id] = [step]
+                else:
+                    trace.append(step)
         await call_ends()
 
     async def append_many(self, steps: Sequence[RunStep]) -> None:
@@ -188,10 +195,12 @@ class FencedStore(FencedSessionStore):
         sessions, steps_store = self._sessions, self._steps
         await call_starts()
         with sessions._lock:
-            sessions._check_open()
+            if sessions._closed:
+                sessions._check_open()
             sessions._leases.check_fence(self._lease)
             with steps_store._lock:
-                steps_store._check_open()
+                if steps_store._closed:
+                    steps_store._check_open()
                 steps_store._extend(batch)
         await call_ends()
 
