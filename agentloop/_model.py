@@ -8,7 +8,7 @@ from typing import Any, NoReturn, Protocol, runtime_checkable
 import attrs
 
 from agentloop import _validate as check
-from agentloop._backend import checkpoint
+from agentloop._backend import checkpoint_step
 from agentloop._validate import check_json_value, preview, trusted_builder
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -241,7 +241,7 @@ class ScriptedModel:
         """
         if not isinstance(request, ModelRequest):
             raise TypeError(f"request must be a ModelRequest, got {preview(request)}")
-        await checkpoint()
+        await checkpoint_step()
         self.requests.append(request)
         if self._next >= len(self._script):
             raise RuntimeError(
