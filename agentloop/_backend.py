@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, TypeAlias
 
 import anyio
+import anyio.lowlevel
 import sniffio
 import trio
 
@@ -47,6 +48,7 @@ __all__ = [
     "clock",
     "new_lock",
     "on_trio",
+    "take_lock",
     "timeout_error",
     "uncancellable",
 ]
@@ -153,6 +155,28 @@ async def acquire_lock(lock: Lock) -> None:
             await lock.acquire()
         return
     await asyncio.sleep(0)
+    await lock.acquire()
+
+
+async def take_lock(lock: Lock) -> None:
+    """:func:`acquire_lock` with no schedule point when nothing is pending and the lock is free.
+
+    For a caller whose next await is a checkpoint anyway (the loop's first store
+    call). Under trio it is :func:`acquire_lock`. Under asyncio a cancellation
+    already pending still lands before the lock is taken: a ``Task.cancel()``
+    (or an expired ``asyncio.timeout``) not yet undone (``Task.cancelling()``)
+    gets the ``sleep(0)`` where it is delivered, and a cancelled anyio scope is
+    raised by ``anyio.lowlevel.checkpoint_if_cancelled``. A contended lock is
+    waited for (a checkpoint) as before.
+    """
+    if isinstance(lock, trio.Lock):
+        await acquire_lock(lock)
+        return
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        await asyncio.sleep(0)
+    else:
+        await anyio.lowlevel.checkpoint_if_cancelled()
     await lock.acquire()
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from agentloop._backend import Lock, acquire_lock, new_lock
+from agentloop._backend import Lock, new_lock, take_lock
 from agentloop._compaction import Compactor
 from agentloop._config import LoopConfig, RunResult
 from agentloop._lease import SupportsLease
@@ -231,7 +231,7 @@ class Loop:
         check_text(message, "message")
         entry = self._hold(session_id)
         try:
-            await acquire_lock(entry.lock)
+            await take_lock(entry.lock)
             try:
                 return await self._start(session_id, message)
             finally:

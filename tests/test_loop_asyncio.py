@@ -15,7 +15,16 @@ import pytest
 from _loop_helpers import SlowFinalize, SlowModel
 
 import agentloopmem
-from agentloop import Loop, LoopConfig, ModelReply, ModelRequest, RunStatus, ScriptedModel, StepType
+from agentloop import (
+    Loop,
+    LoopConfig,
+    ModelReply,
+    ModelRequest,
+    RunStatus,
+    ScriptedModel,
+    Session,
+    StepType,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 
@@ -133,3 +142,72 @@ async def test_renewals_leave_no_task_or_timer_behind() -> None:
         StepType.user,
         StepType.response,
     ]
+
+
+class _NoCheckpointSessions:
+    """A session store (no leases) whose calls never suspend: they cannot deliver a cancel."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def get(self, session_id: str) -> Session:
+        self.calls.append("get")
+        return Session(id=session_id)
+
+    async def exists(self, session_id: str) -> bool:
+        return False
+
+    async def update_data(self, session_id: str, snapshot: str | None) -> None:
+        self.calls.append("update_data")
+
+    async def finalize(self, session_id: str, summary: object) -> None:
+        self.calls.append("finalize")
+
+
+@pytest.mark.parametrize("source", ["anyio scope", "Task.cancel"])
+async def test_cancel_pending_before_the_lock_lands_there_whatever_the_stores(source: str) -> None:
+    """A cancellation pending when ``run`` starts lands before the lock, even when the
+    store calls cannot deliver it: the store is never called."""
+    sessions = _NoCheckpointSessions()
+    loop = Loop(model=ScriptedModel(["never"]), sessions=sessions)  # type: ignore[arg-type]
+
+    async def run() -> None:
+        with anyio.CancelScope() as scope:
+            if source == "anyio scope":
+                scope.cancel()
+            else:
+                asyncio.current_task().cancel()  # type: ignore[union-attr]
+            await loop.run("s", "hi")
+        assert source == "anyio scope" and scope.cancelled_caught
+
+    task = asyncio.create_task(run())
+    if source == "anyio scope":
+        await task
+    else:
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert sessions.calls == []
+    assert await loop.steps.last_n("s", 5) == []
+
+
+async def test_free_lock_of_a_run_under_asyncio_takes_no_extra_schedule_point() -> None:
+    """With the lock free and nothing pending, ``run`` suspends only in its store and model
+    calls: another task scheduled meanwhile sees exactly one step per schedule point."""
+    loop = Loop(model=ScriptedModel(["ok"]))
+    ticks = 0
+    done = False
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not done:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    before = ticks
+    await loop.run("s", "hi")
+    done = True
+    await task
+    # acquire_lease, get, last_n, append(user), complete, append(response), finalize, release
+    assert ticks - before == 8
