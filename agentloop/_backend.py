@@ -191,7 +191,17 @@ def cancel_scope(*, deadline: float = math.inf, shield: bool = False) -> Scope:
     """
     if _library.name == "trio":
         return trio.CancelScope(deadline=deadline, shield=shield)
-    return anyio.CancelScope(deadline=deadline, shield=shield)
+    kind = _ASYNCIO_SCOPE.get(_library.name)
+    if kind is None:
+        scope = anyio.CancelScope(deadline=deadline, shield=shield)
+        _ASYNCIO_SCOPE[_library.name] = type(scope)
+        return scope
+    return kind(deadline=deadline, shield=shield)  # what anyio.CancelScope(...) would make
+
+
+# The asyncio backend's scope class, found once: anyio.CancelScope(...) looks up the
+# running backend on every call (a quarter of a scope's cost) to make one of these.
+_ASYNCIO_SCOPE: dict[str | None, Callable[..., anyio.CancelScope]] = {}
 
 
 def being_cancelled(exc: BaseException) -> bool:
