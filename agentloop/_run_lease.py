@@ -260,9 +260,9 @@ class LeaseHolder:
         """Under trio the run's own scope, shielded and given the bound, holds the release.
 
         No renew can cancel that scope any more (the run left the renewals). A
-        ``Cancelled`` here is then the bound's: it is the warning, not an error. The
-        shield is lifted after, so a cancellation of the caller still propagates
-        out of the run's scope (which caught only its own).
+        ``Cancelled`` here is then the bound's: it is the warning, not an error. Once
+        the bound cancelled the scope its shield is lifted, so a cancellation of the
+        caller still propagates out of the run's scope (which caught only its own).
         """
         scope = self._run_scope
         scope.shield = True
@@ -272,7 +272,8 @@ class LeaseHolder:
         except trio.Cancelled:
             self._abandoned()
         finally:
-            scope.shield = False
+            if scope.cancel_called:  # else the scope cannot catch the caller's cancellation
+                scope.shield = False
 
     async def _release_once(self) -> None:
         try:
