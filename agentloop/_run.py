@@ -33,6 +33,13 @@ if TYPE_CHECKING:
     from agentloop._types import Session
 
 
+# Enum members read once: ``StepType.user`` is a class attribute lookup through the
+# enum's metaclass (~0.1 us), on every step.
+_USER, _RESPONSE = StepType.user, StepType.response
+_TOOL_CALL, _TOOL_RESULT = StepType.tool_call, StepType.tool_result
+_COMPLETED = RunStatus.completed
+
+
 def _ignore(event: Event) -> None:
     """The event handler of a loop without ``on_event``."""
 
@@ -120,7 +127,7 @@ class Run:
         config = self._parts.config
         record = self._record
         session = await self._load()
-        index = await record.append(StepType.user, self._message)
+        index = await record.append(_USER, self._message)
         self._conversation.add(trusted_message("user", self._message), index)
         if self._parts.compactor is not None:
             await self._compact(self._parts.compactor)
@@ -138,13 +145,13 @@ class Run:
             seconds = record.now() - started
             if not reply.tool_calls:
                 await record.append(
-                    StepType.response,
+                    _RESPONSE,
                     reply.content,
                     seconds=seconds,
                     prompt_tokens=reply.prompt_tokens,
                     completion_tokens=reply.completion_tokens,
                 )
-                return RunStatus.completed, reply.content
+                return _COMPLETED, reply.content
             await self._use_tools(reply, seconds)
         await record.append(
             StepType.error,
@@ -235,7 +242,7 @@ class Run:
             )
             batch.append(
                 record.next_step(
-                    StepType.tool_call,
+                    _TOOL_CALL,
                     content,
                     args,
                     seconds=seconds if first else 0.0,
@@ -253,7 +260,7 @@ class Run:
             started = now()
             output = await self._call_tool(call, arguments)
             index = await record.append(
-                StepType.tool_result,
+                _TOOL_RESULT,
                 output,
                 tool_result_args(call),
                 seconds=now() - started,
