@@ -33,7 +33,10 @@ if TYPE_CHECKING:
 
 
 def _ms(seconds: float) -> int:
-    return min(max(int(seconds * 1000), 0), INT32_MAX)
+    ms = int(seconds * 1000)  # branches, not min/max calls: once per step
+    if ms < 0:
+        return 0
+    return ms if ms <= INT32_MAX else INT32_MAX
 
 
 def _int32(value: int) -> int:
