@@ -178,7 +178,8 @@ async def test_cancel_pending_before_the_lock_lands_there_whatever_the_stores(so
             else:
                 asyncio.current_task().cancel()  # type: ignore[union-attr]
             await loop.run("s", "hi")
-        assert source == "anyio scope" and scope.cancelled_caught
+        assert source == "anyio scope"
+        assert scope.cancelled_caught
 
     task = asyncio.create_task(run())
     if source == "anyio scope":

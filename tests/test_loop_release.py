@@ -67,14 +67,15 @@ async def test_hanging_release_of_a_cancelled_run_lets_the_cancellation_through(
     assert trio.current_time() == pytest.approx(7)  # the finalize is instant; release bound 2 s
     assert _warnings(events) == [ABANDONED]
     final = await sessions.final("s")
-    assert final is not None and final.status is RunStatus.cancelled
+    assert final is not None
+    assert final.status is RunStatus.cancelled
 
 
 async def test_hanging_release_of_a_failed_run_keeps_its_exception(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     events = EventCollector()
-    with pytest.raises(RuntimeError, match="^model down$"):
+    with pytest.raises(RuntimeError, match=r"^model down$"):
         await _loop(FailingModel(), HangingRelease(), events).run("s", "hi")
     assert trio.current_time() == pytest.approx(2)
     assert _warnings(events) == [ABANDONED]
@@ -122,4 +123,5 @@ async def test_release_is_shielded_from_the_callers_cancellation(
     assert trio.current_time() == pytest.approx(6)
     assert _warnings(events) == []
     lease = await sessions.acquire_lease("s", "next", 1)
-    assert lease is not None and lease.token == 2
+    assert lease is not None
+    assert lease.token == 2

@@ -32,7 +32,8 @@ async def test_granted_and_renewed_leases_equal_validated_ones() -> None:
     assert lease.expires_at.tzinfo is UTC
     renewed = await store.renew_lease(lease, 60)
     assert renewed == Lease("s", "me", 1, datetime(2026, 1, 1, 12, 1, tzinfo=UTC))
-    assert type(renewed) is Lease and renewed.expires_at.tzinfo is UTC
+    assert type(renewed) is Lease
+    assert renewed.expires_at.tzinfo is UTC
 
 
 async def test_unknown_session_is_a_validated_session() -> None:
