@@ -7,9 +7,9 @@ import os
 from functools import partial
 from typing import Any, ClassVar
 
+import anyio
 import psycopg
 import pytest
-import anyio
 import trio
 from _sql_support import pg_dsn
 from broken._good import GoodBoth

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 import anyio
+import pytest
 from broken._good import GoodBoth
 
 from agentlooptest import Harness, certify
