@@ -8,8 +8,10 @@ import threading
 import anyio
 import pytest
 import trio
+from broken._good import GoodBoth
 
-from agentloop._backend import call_ends, call_starts
+from agentloop import RunStep
+from agentloop._backend import LoopHandle, call_ends, call_starts
 from agentlooptest import Harness, certify
 from agentlooptest._cancel import Points, cancel_at
 
@@ -138,3 +140,64 @@ async def test_a_hung_store_fails_as_hung() -> None:
     assert "the store call _Hangs.append (test_contract_cancel.py:" in result.message
     assert "never returned" in result.message
     assert "`await s.append_all(sent)`, in the clause's check" in result.message
+
+
+class _HangsOnRead(GoodBoth):
+    """last_n never returns (the model-based clause calls it from its worker thread)."""
+
+    async def last_n(self, session_id: str, n: int) -> list[RunStep]:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+async def _new_hangs_on_read() -> _HangsOnRead:
+    return _HangsOnRead()
+
+
+@pytest.mark.anyio
+async def test_a_store_hung_under_the_model_based_clause_fails_as_hung() -> None:
+    """The clause's timeout reaches a store call the machine's worker thread is waiting on.
+
+    Under asyncio the thread's calls would otherwise run inside the shield of
+    its ``to_thread`` wait, and the clause would never end.
+    """
+    with anyio.fail_after(120):  # the test's own bound: without the fix it hangs forever
+        report = await certify(
+            Harness(new_step_store=_new_hangs_on_read),
+            pattern="step.model-based",
+            clause_timeout=1.0,
+        )
+    [result] = report.results
+    assert result.outcome == "failed"
+    assert "never returned" in result.message, result.message
+
+
+@pytest.mark.anyio
+async def test_cancelling_the_model_based_clause_stops_its_machine() -> None:
+    """The machine's worker thread stops at its next store call once the clause is cancelled.
+
+    A full run makes hundreds of calls; cancelled just after the 5th returned
+    (the thread is then between calls, or in the 6th), only the call in flight
+    may follow, and nothing runs after certify() returned.
+    """
+    calls: list[int] = []
+    outer: list[anyio.CancelScope] = []
+
+    class Counts(GoodBoth):
+        async def last_n(self, session_id: str, n: int) -> list[RunStep]:
+            calls.append(1)
+            if len(calls) == 5:  # cancel once this call returned: the thread runs on meanwhile
+                LoopHandle().call_soon(outer[0].cancel)
+            return await super().last_n(session_id, n)
+
+    async def new() -> Counts:
+        return Counts()
+
+    with anyio.CancelScope() as scope:
+        outer.append(scope)
+        await certify(Harness(new_step_store=new), pattern="step.model-based")
+    assert scope.cancelled_caught
+    made = len(calls)
+    assert made <= 6, made
+    await anyio.sleep(0.2)
+    assert len(calls) == made

@@ -2,8 +2,8 @@
 
 Not a clause module: ``step_model_based`` and ``session_model_based`` import
 it when their clause runs. Hypothesis has no async rules, so the state
-machine runs in a worker thread (``anyio.to_thread.run_sync``) and reaches the
-store through ``anyio.from_thread.run``, all inside the clause's own event loop run.
+machine runs in a worker thread (:func:`_program.run_machine_thread`) and reaches
+the store through :func:`_program.on_loop`, all inside the clause's own event loop run.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-import anyio
 import hypothesis.internal.conjecture.engine
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -74,7 +73,7 @@ def _open(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
     async def opened() -> T:
         return await fn(*args)
 
-    return anyio.from_thread.run(opened)
+    return _program.on_loop(opened)
 
 
 class StepMachine(RuleBasedStateMachine):
