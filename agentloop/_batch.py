@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import trio
-
+from agentloop._backend import checkpoint
 from agentloop._batch_checks import check_session_ids, check_steps
 from agentloop._protocols import SupportsAppendMany, SupportsGetMany
 
@@ -44,7 +43,7 @@ async def append_all(store: StepStore, steps: Sequence[RunStep]) -> None:
         await store.append_many(batch)
         return
     if not batch:
-        await trio.lowlevel.checkpoint()
+        await checkpoint()
     for step in batch:
         await store.append(step)
 
@@ -66,5 +65,5 @@ async def get_all(store: SessionStore, session_ids: Sequence[str]) -> list[Sessi
     if isinstance(store, SupportsGetMany):
         return await store.get_many(ids)
     if not ids:
-        await trio.lowlevel.checkpoint()
+        await checkpoint()
     return [await store.get(session_id) for session_id in ids]

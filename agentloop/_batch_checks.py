@@ -7,7 +7,7 @@ item anywhere refuses the whole call, naming its position.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from agentloop._checks import INT64_MAX, check_int, preview, validate_session_id
 
@@ -23,16 +23,31 @@ def check_steps(steps: object) -> list[RunStep]:
             at some position is not a ``RunStep`` (the message names it:
             ``steps[3] must be a RunStep``).
     """
-    if not isinstance(steps, Sequence) or isinstance(steps, str | bytes):
+    kind = type(steps)
+    if (kind is not list and kind is not tuple) and (  # the usual batches skip the ABC check
+        not isinstance(steps, Sequence) or isinstance(steps, str | bytes)
+    ):
         raise TypeError(f"steps must be a sequence of RunStep, got {preview(steps)}")
-    # Imported here: agentloop._types imports agentloop._validate, which re-exports this.
-    from agentloop._types import RunStep
-
-    batch = list(steps)
-    for position, step in enumerate(batch):
-        if not isinstance(step, RunStep):
+    step_type = _run_step()
+    batch: list[RunStep] = list(cast("Sequence[RunStep]", steps))
+    for step in batch:
+        if type(step) is not step_type and not isinstance(step, step_type):
+            position = next(i for i, item in enumerate(batch) if not isinstance(item, step_type))
             raise TypeError(f"steps[{position}] must be a RunStep, got {preview(step)}")
     return batch
+
+
+_RUN_STEP: list[type[RunStep]] = []
+
+
+def _run_step() -> type[RunStep]:
+    """``RunStep``, imported on first use: ``agentloop._types`` imports
+    ``agentloop._validate``, which re-exports this module."""
+    if not _RUN_STEP:
+        from agentloop._types import RunStep
+
+        _RUN_STEP.append(RunStep)
+    return _RUN_STEP[0]
 
 
 def check_session_ids(session_ids: object) -> list[str]:

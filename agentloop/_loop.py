@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING
 
 import attrs
-import trio
 
+from agentloop._backend import Lock, acquire_lock, new_lock
 from agentloop._compaction import Compactor
 from agentloop._config import LoopConfig, RunResult
 from agentloop._lease import SupportsLease
@@ -26,21 +26,8 @@ if TYPE_CHECKING:
 
 @attrs.define
 class _SessionLock:
-    lock: trio.Lock = attrs.field(factory=trio.Lock)
+    lock: Lock  # the backend's own: the loop holds it across one run
     users: int = 0
-
-
-async def _acquire(lock: trio.Lock) -> None:
-    """``lock.acquire()``, without its scheduler round trip when the lock is free.
-
-    The run that follows checkpoints at every store call; a cancellation already
-    pending is still raised here, before the lock is taken.
-    """
-    await trio.lowlevel.checkpoint_if_cancelled()
-    try:
-        lock.acquire_nowait()  # fails while another run holds it or waits for it
-    except trio.WouldBlock:
-        await lock.acquire()
 
 
 def _check_on_event(on_event: object) -> None:
@@ -94,7 +81,8 @@ class Loop:
     leases, only runs on this ``Loop`` are kept apart. See "Several workers on
     one store" in the README.
 
-    A ``Loop`` belongs to one trio run at a time (it holds trio locks).
+    A ``Loop`` runs under trio or asyncio (anyio's two backends), and belongs
+    to one event loop at a time (it holds that loop's locks while runs wait).
 
     Raises:
         TypeError: an argument has the wrong type.
@@ -174,7 +162,7 @@ class Loop:
     def _hold(self, session_id: str) -> _SessionLock:
         entry = self._locks.get(session_id)
         if entry is None:
-            entry = self._locks[session_id] = _SessionLock()
+            entry = self._locks[session_id] = _SessionLock(new_lock())
         entry.users += 1
         return entry
 
@@ -229,21 +217,21 @@ class Loop:
         unknown), only ``finalize(timeout)``. Recording the timeout (``error``
         step, then ``finalize``) gets one ``finalize_timeout``; past it, a
         ``StoreError`` naming the operation that hung is raised (``__cause__``:
-        ``trio.TooSlowError``) and nothing more is tried.
+        ``trio.TooSlowError``, or ``TimeoutError`` under asyncio); no retry.
 
-        **Cancellation**: the run stops, records ``finalize(cancelled)`` in a
-        shielded scope bounded by ``finalize_timeout``, then ``Cancelled``
-        propagates; a finalize abandoned at that bound is a ``LoopWarning``.
-        Steps appended before it stay. A run cancelled while it waits for its
-        session lock has not started and records nothing. Session data the loop
-        cannot read back is a ``LoopWarning``: the run starts with empty working
-        memory and leaves the stored text alone until a tool writes.
+        **Cancellation** (any source: cancel scopes, ``Task.cancel()``,
+        ``asyncio.timeout``): the run records ``finalize(cancelled)``, shielded
+        and bounded by ``finalize_timeout``, then the cancellation propagates (a
+        finalize abandoned at that bound is a ``LoopWarning``); its steps stay.
+        A run cancelled while waiting for its session lock records nothing. Session
+        data the loop cannot read back is a ``LoopWarning``: the run starts with
+        empty working memory and leaves the stored text alone until a tool writes.
         """
         validate_session_id(session_id)
         check_text(message, "message")
         entry = self._hold(session_id)
         try:
-            await _acquire(entry.lock)
+            await acquire_lock(entry.lock)
             try:
                 return await self._start(session_id, message)
             finally:

@@ -6,9 +6,9 @@ from collections.abc import Iterable
 from typing import Any, NoReturn, Protocol, runtime_checkable
 
 import attrs
-import trio
 
 from agentloop import _validate as check
+from agentloop._backend import checkpoint
 from agentloop._validate import check_json_value, preview, trusted_builder
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -205,8 +205,9 @@ class ScriptedModel:
     ``ModelReply(content=...)``). ``requests`` lists every :class:`ModelRequest`
     in the order received, so a test can assert on exactly what the model saw.
 
-    ``complete`` is a trio checkpoint: a cancelled call raises ``Cancelled``
-    and consumes no reply.
+    ``complete`` is a checkpoint: a cancelled call raises the backend's
+    cancellation (``trio.Cancelled`` or ``asyncio.CancelledError``) and
+    consumes no reply.
 
     Raises:
         TypeError: a reply is neither a ``ModelReply`` nor a ``str``.
@@ -240,7 +241,7 @@ class ScriptedModel:
         """
         if not isinstance(request, ModelRequest):
             raise TypeError(f"request must be a ModelRequest, got {preview(request)}")
-        await trio.lowlevel.checkpoint()
+        await checkpoint()
         self.requests.append(request)
         if self._next >= len(self._script):
             raise RuntimeError(

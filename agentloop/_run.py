@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import attrs
-import trio
 
+from agentloop._backend import cancel_scope
 from agentloop._compaction import Compaction, Compactor
 from agentloop._config import LoopConfig, RunResult
 from agentloop._describe import describe
@@ -85,7 +85,7 @@ class Run:
             if self._parts.config.run_timeout is None:  # no deadline: a scope would only cost
                 status, text = await self._body()
                 return await self._record.finish(status, text)
-            with trio.CancelScope(deadline=self._record.run_deadline()) as scope:
+            with cancel_scope(deadline=self._record.run_deadline()) as scope:
                 status, text = await self._body()
             if not scope.cancelled_caught:
                 return await self._record.finish(status, text)
@@ -133,9 +133,9 @@ class Run:
                     StepType.error, f"token_budget exhausted: {used} of {budget} tokens used"
                 )
                 return RunStatus.budget_exhausted, ""
-            started = trio.current_time()
+            started = record.now()
             reply = await self._complete(session)
-            seconds = trio.current_time() - started
+            seconds = record.now() - started
             if not reply.tool_calls:
                 await record.append(
                     StepType.response,
@@ -248,14 +248,15 @@ class Run:
         self._conversation.add(
             trusted_message("assistant", reply.content, reply.tool_calls), first_index
         )
+        now = record.now
         for call, arguments in zip(reply.tool_calls, decoded, strict=True):
-            started = trio.current_time()
+            started = now()
             output = await self._call_tool(call, arguments)
             index = await record.append(
                 StepType.tool_result,
                 output,
                 tool_result_args(call),
-                seconds=trio.current_time() - started,
+                seconds=now() - started,
             )
             self._conversation.add(trusted_message("tool", output, (), call.id), index)
 

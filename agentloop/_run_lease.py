@@ -13,13 +13,14 @@ import secrets
 import socket
 from typing import TYPE_CHECKING, cast
 
-import trio
+import anyio
 
+from agentloop._backend import Scope, cancel_scope, clock
 from agentloop._describe import describe, describe_message
 from agentloop._errors import LeaseLostError, SessionBusyError, StoreError
 from agentloop._events import LoopWarning
 from agentloop._lease import Lease, SupportsLease
-from agentloop._lease_renewals import Renewals
+from agentloop._lease_renewals import renewals as current_renewals
 from agentloop._run import Run
 from agentloop._run_stores import RunStores
 
@@ -61,62 +62,74 @@ def covers_appends(sessions: SessionStore, steps: StepStore) -> bool:
     return covered is steps or steps is cast(object, sessions)
 
 
-async def acquire(sessions: SupportsLease, session_id: str, config: LoopConfig) -> Lease:
-    """The session's lease for a fresh owner, waiting up to ``config.lease_wait`` seconds.
+def _first_bound(config: LoopConfig, now: float, deadline: float) -> float:
+    """How long one ``acquire_lease`` try may take (the last, made at ``deadline``, one poll).
+
+    A store that cannot answer (a file locked by another process) so counts
+    against ``lease_wait``: acquiring takes at most ``lease_wait`` plus one poll
+    interval. With ``lease_wait=0`` the one try is bounded by the store's own timeout.
+    """
+    return max(deadline, now + _LAST_POLL) if config.lease_wait > 0 else math.inf
+
+
+async def _acquire_call(
+    sessions: SupportsLease, session_id: str, owner: str, config: LoopConfig
+) -> Lease | None:
+    """One ``acquire_lease`` call, unbounded (the caller's scope bounds it).
+
+    Raises:
+        StoreError: it failed or returned neither a ``Lease`` nor ``None``.
+    """
+    try:
+        lease = await sessions.acquire_lease(session_id, owner, config.lease_ttl)
+    except Exception as exc:
+        raise StoreError(
+            f"acquire_lease failed for session {session_id!r}: {describe_message(exc)}"
+        ) from exc
+    if lease is not None and not isinstance(lease, Lease):
+        raise StoreError(
+            f"acquire_lease failed for session {session_id!r}: the store returned "
+            f"{type(lease).__name__}, not a Lease or None"
+        )
+    return lease
+
+
+def _unanswered(session_id: str, config: LoopConfig) -> StoreError:
+    return StoreError(
+        f"acquire_lease did not finish within lease_wait ({config.lease_wait}s) for session "
+        f"{session_id!r}: the store did not answer in time; nothing was written"
+    )
+
+
+async def _acquire_rest(
+    sessions: SupportsLease, session_id: str, owner: str, config: LoopConfig, deadline: float
+) -> Lease:
+    """The polls after a first try found the lease held, up to ``deadline`` (``lease_wait``).
 
     Raises:
         SessionBusyError: another owner held it for the whole wait; nothing
             was written.
-        StoreError: ``acquire_lease`` failed (``__cause__``: the store's exception).
+        StoreError: ``acquire_lease`` failed or did not answer in time.
 
     **Cancellation**: a cancelled wait holds no lease.
     """
-    owner = new_owner()
-    deadline = trio.current_time() + config.lease_wait
+    now = clock()
     delay = _FIRST_POLL
     while True:
-        lease = await _acquire_once(sessions, session_id, owner, config, deadline)
-        if lease is not None:
-            if not isinstance(lease, Lease):
-                raise StoreError(
-                    f"acquire_lease failed for session {session_id!r}: the store returned "
-                    f"{type(lease).__name__}, not a Lease or None"
-                )
-            return lease
-        left = deadline - trio.current_time()
+        left = deadline - now()
         if left <= 0:
             raise SessionBusyError(
                 f"session {session_id!r} is busy: another owner held its lease for the whole "
                 f"lease_wait ({config.lease_wait}s); nothing was written"
             )
-        await trio.sleep(min(delay * random.uniform(0.5, 1.0), left))
+        await anyio.sleep(min(delay * random.uniform(0.5, 1.0), left))
         delay = min(delay * 2, _LAST_POLL)
-
-
-async def _acquire_once(
-    sessions: SupportsLease, session_id: str, owner: str, config: LoopConfig, deadline: float
-) -> Lease | None:
-    """One ``acquire_lease`` call, cancelled at ``deadline`` when ``lease_wait`` > 0.
-
-    A store that cannot answer (a file locked by another process) so counts
-    against ``lease_wait``: acquiring takes at most ``lease_wait`` plus one poll
-    interval (the last try, made at the deadline, gets that long). With
-    ``lease_wait=0`` the one try is bounded by the store's own timeout.
-    """
-    now = trio.current_time()
-    bound = max(deadline, now + _LAST_POLL) if config.lease_wait > 0 else math.inf
-    try:
-        with trio.CancelScope(deadline=bound) as scope:
-            return await sessions.acquire_lease(session_id, owner, config.lease_ttl)
-    except Exception as exc:
-        raise StoreError(
-            f"acquire_lease failed for session {session_id!r}: {describe_message(exc)}"
-        ) from exc
-    assert scope.cancelled_caught
-    raise StoreError(
-        f"acquire_lease did not finish within lease_wait ({config.lease_wait}s) for session "
-        f"{session_id!r}: the store did not answer in time; nothing was written"
-    )
+        with cancel_scope(deadline=_first_bound(config, now(), deadline)):
+            lease = await _acquire_call(sessions, session_id, owner, config)
+            if lease is not None:
+                return lease
+            continue
+        raise _unanswered(session_id, config)
 
 
 def run_stores(parts: RunParts, sessions: SupportsLease, lease: Lease, covered: bool) -> RunStores:
@@ -138,32 +151,40 @@ def run_stores(parts: RunParts, sessions: SupportsLease, lease: Lease, covered: 
 class LeaseHolder:
     """One run's hold on its lease: renewed in the background while the run goes on, then released.
 
-    Renewal (every ``lease_ttl / 3``) comes from this trio run's one renewal
-    task (:class:`Renewals`). A renew that finds the lease taken over marks the
-    run's stores (``RunStores.lease_lost``: no further write) and cancels the
-    run at once; :meth:`run` then raises that ``LeaseLostError``. Any other
-    renew failure (or a renew slower than the interval) is a ``LoopWarning``
-    and the next renew is tried on time: the fenced writes still refuse a run
-    whose lease was taken over meanwhile.
+    Renewal (every ``lease_ttl / 3``) comes from the event loop's renewals
+    (:func:`renewals`: one task per trio run, timers under asyncio). A renew
+    that finds the lease taken over marks the run's stores
+    (``RunStores.lease_lost``: no further write) and cancels ``scope``, the
+    run's, at once; :attr:`renew_lost` then holds that ``LeaseLostError``.
+    Any other renew failure (or a renew slower than the interval) is a
+    ``LoopWarning`` and the next renew is tried on time: the fenced writes
+    still refuse a run whose lease was taken over meanwhile.
     """
 
+    _lease: Lease  # set by hold_and_run
+
     def __init__(
-        self, sessions: SupportsLease, lease: Lease, config: LoopConfig, emit: EventHandler | None
+        self,
+        sessions: SupportsLease,
+        session_id: str,
+        config: LoopConfig,
+        emit: EventHandler | None,
+        scope: Scope,
     ) -> None:
         self._sessions = sessions
-        self._lease = lease
+        self._session_id = session_id
         self._config = config
         self._emit = emit
         self.interval = config.lease_ttl / 3
         self._stores: RunStores | None = None  # the run's stores, while it runs
-        self._run_scope = trio.CancelScope()
-        self._renew_lost: LeaseLostError | None = None  # a renew found the lease taken over
+        self._run_scope = scope
+        self.renew_lost: LeaseLostError | None = None  # a renew found the lease taken over
         self._lost = False  # lost by a renew or a write: nothing to release
 
     def _warn(self, message: str) -> None:
         if self._emit is not None:
             with contextlib.suppress(Exception):  # a warning must not fail what it reports on
-                self._emit(LoopWarning(self._lease.session_id, message))
+                self._emit(LoopWarning(self._session_id, message))
 
     async def renew_once(self) -> None:
         """Renew the lease once, bounded by the interval; never raises.
@@ -172,11 +193,11 @@ class LeaseHolder:
         """
         interval = self.interval
         try:
-            with trio.move_on_after(interval) as scope:
+            with cancel_scope(deadline=clock()() + interval) as scope:
                 lease = await self._sessions.renew_lease(self._lease, self._config.lease_ttl)
         except LeaseLostError as exc:
             if self._stores is not None:
-                self._renew_lost = self._stores.lease_lost = exc
+                self.renew_lost = self._stores.lease_lost = exc
                 self._run_scope.cancel()
             return
         except Exception as exc:
@@ -189,27 +210,32 @@ class LeaseHolder:
             return
         self._lease = lease
 
-    async def run(self, run: Run, stores: RunStores) -> RunResult:
-        """``run.execute()`` with the lease renewed in the background until it returns.
+    async def hold_and_run(
+        self, parts: RunParts, covered: bool, message: str, lease: Lease
+    ) -> RunResult:
+        """The run on ``fenced(lease)``, renewed in the background, then the lease released.
+
+        Called inside the run's scope. When a renew finds the lease lost, the
+        scope is cancelled: the run stops at once and writes nothing more.
 
         Raises:
-            LeaseLostError: a renew found the lease taken over; the run was
-                cancelled at once and wrote nothing more.
-            BaseException: whatever the run raised.
+            BaseException: whatever the run (or ``fenced``) raised.
         """
-        renewals = Renewals.current()
-        self._stores = stores
-        renewals.add(self)
+        self._lease = lease
         try:
-            with self._run_scope:
+            stores = run_stores(parts, self._sessions, lease, covered)
+            run = Run(parts, stores, message)
+            renewals = current_renewals()
+            self._stores = stores
+            renewals.add(self)
+            try:
                 return await run.execute()
+            finally:
+                renewals.discard(self)
+                self._stores = None
+                self._lost = stores.lease_lost is not None
         finally:
-            renewals.discard(self)
-            self._stores = None
-            self._lost = stores.lease_lost is not None
-        # Only a renew that found the lease lost cancels the scope that caught the run's end.
-        assert self._renew_lost is not None
-        raise self._renew_lost
+            await self.release()
 
     async def release(self) -> None:
         """Release the lease, shielded and bounded by ``finalize_timeout``; never raises.
@@ -222,7 +248,7 @@ class LeaseHolder:
             return
         bound = self._config.finalize_timeout
         # One scope: shielded from the caller's cancellation, yet bounded by its own deadline.
-        with trio.CancelScope(shield=True, deadline=trio.current_time() + bound) as scope:
+        with cancel_scope(shield=True, deadline=clock()() + bound) as scope:
             try:
                 await self._sessions.release_lease(self._lease)
             except Exception as exc:
@@ -240,16 +266,40 @@ async def run_leased(
     """One run holding the session's lease on ``sessions`` (``parts.sessions``); see ``Loop.run``.
 
     ``covered``: the fenced view also fences appends (:func:`covers_appends`).
+    The lease is waited for up to ``lease_wait``; a cancelled wait holds none.
 
     Raises:
         SessionBusyError: the lease stayed taken for ``lease_wait``; nothing written.
+        StoreError: ``acquire_lease`` (or ``fenced``) failed, or the store did not
+            answer within ``lease_wait`` (plus one poll); nothing written.
         LeaseLostError: the lease was taken over mid-run; nothing more written,
             no finalize.
     """
-    lease = await acquire(sessions, session_id, parts.config)
-    holder = LeaseHolder(sessions, lease, parts.config, parts.on_event)
-    try:
-        stores = run_stores(parts, sessions, lease, covered)
-        return await holder.run(Run(parts, stores, message), stores)
-    finally:
-        await holder.release()
+    config = parts.config
+    owner = new_owner()
+    now = clock()
+    deadline = now() + config.lease_wait
+    # One scope bounds the first acquire_lease try, then is the run's own (a scope fewer
+    # per run); a fresh one only when that bound passed just as the store answered.
+    scope = cancel_scope(deadline=_first_bound(config, now(), deadline))
+    holder: LeaseHolder | None = None
+    with scope:
+        lease = await _acquire_call(sessions, session_id, owner, config)
+        scope.deadline = math.inf
+        if not scope.cancel_called:
+            if lease is None:
+                lease = await _acquire_rest(sessions, session_id, owner, config, deadline)
+            holder = LeaseHolder(sessions, session_id, config, parts.on_event, scope)
+            return await holder.hold_and_run(parts, covered, message, lease)
+    if holder is None and scope.cancelled_caught:
+        raise _unanswered(session_id, config)
+    if holder is None:
+        scope = cancel_scope()
+        holder = LeaseHolder(sessions, session_id, config, parts.on_event, scope)
+        with scope:
+            if lease is None:
+                lease = await _acquire_rest(sessions, session_id, owner, config, deadline)
+            return await holder.hold_and_run(parts, covered, message, lease)
+    # Only a renew that found the lease lost cancels the run's scope (its deadline is gone).
+    assert holder.renew_lost is not None
+    raise holder.renew_lost

@@ -12,8 +12,13 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-import trio
-
+from agentloop._backend import (
+    being_cancelled,
+    cancel_scope,
+    clock,
+    timeout_error,
+    uncancellable,
+)
 from agentloop._config import RunResult
 from agentloop._describe import describe
 from agentloop._errors import StoreError
@@ -59,7 +64,8 @@ class RunRecord:
         self._memory = memory
         self._emit = emit
         self._watched = watched  # False: no on_event, so no StepAppended is built
-        self.started = trio.current_time()
+        self.now = clock()  # the running loop's clock, which scope deadlines use
+        self.started = self.now()
         self.steps_appended = 0
         self.prompt_tokens = 0
         self.completion_tokens = 0
@@ -204,7 +210,7 @@ class RunRecord:
             _int32(self.prompt_tokens),
             _int32(self.completion_tokens),
             _int32(self.steps_appended),
-            _ms(trio.current_time() - self.started),
+            _ms(self.now() - self.started),
             self._memory.bytes_carried,
         )
 
@@ -232,28 +238,26 @@ class RunRecord:
 
         Raises:
             StoreError: the bound expired; the message names the operation that
-                was running and the session, ``__cause__`` is ``trio.TooSlowError``.
-                No second attempt is made.
+                was running and the session, ``__cause__`` is ``trio.TooSlowError``
+                (trio) or ``TimeoutError`` (asyncio). No second attempt is made.
         """
         self._failure_status = RunStatus.timeout
-        self._record_deadline = trio.current_time() + self._config.finalize_timeout
+        self._record_deadline = self.now() + self._config.finalize_timeout
         operation = "finalize"
-        try:
-            with trio.fail_at(self._record_deadline):
-                if self._history_loaded:  # else the next step index is unknown: record no step
-                    operation = "append"
-                    await self.append(
-                        StepType.error, f"run_timeout expired after {self._config.run_timeout}s"
-                    )
-                    operation = "finalize"
-                return await self.finish(RunStatus.timeout, "")
-        except trio.TooSlowError as exc:
-            self._gave_up = True
-            raise StoreError(
-                f"{operation} failed for session {self._stores.session_id!r}: recording the "
-                f"run_timeout did not finish within finalize_timeout "
-                f"({self._config.finalize_timeout}s); the run is not finalized"
-            ) from exc
+        with cancel_scope(deadline=self._record_deadline):
+            if self._history_loaded:  # else the next step index is unknown: record no step
+                operation = "append"
+                await self.append(
+                    StepType.error, f"run_timeout expired after {self._config.run_timeout}s"
+                )
+                operation = "finalize"
+            return await self.finish(RunStatus.timeout, "")
+        self._gave_up = True  # only the scope's own deadline ends the block without a return
+        raise StoreError(
+            f"{operation} failed for session {self._stores.session_id!r}: recording the "
+            f"run_timeout did not finish within finalize_timeout "
+            f"({self._config.finalize_timeout}s); the run is not finalized"
+        ) from timeout_error()
 
     async def abort(self, exc: BaseException) -> None:
         """Best-effort, shielded and bounded ``finalize`` for a run that is raising ``exc``.
@@ -268,19 +272,23 @@ class RunRecord:
         timeout path already started (a run is never recorded for longer than
         one ``finalize_timeout``). A finalize abandoned at the bound, or one
         that fails, is reported as a ``LoopWarning``: ``exc`` still wins.
+        Under asyncio a ``Task.cancel()`` arriving meanwhile waits for the
+        finalize to end, then is raised (see ``_backend.uncancellable``).
         """
         if self._get_failed or self._stores.lease_lost is not None:
             return
-        cancelled = (
-            isinstance(exc, trio.Cancelled) or trio.current_effective_deadline() == -math.inf
-        )
+        cancelled = being_cancelled(exc)
         status = RunStatus.cancelled if cancelled else (self._failure_status or RunStatus.error)
         if self._finalized or self._gave_up or status is self._finalize_tried:
             return
         bound = self._record_deadline
         if bound is None:
-            bound = trio.current_time() + self._config.finalize_timeout
-        with trio.CancelScope(shield=True), trio.move_on_at(bound) as scope:
+            bound = self.now() + self._config.finalize_timeout
+        await uncancellable(lambda: self._finalize_shielded(status, bound))
+
+    async def _finalize_shielded(self, status: RunStatus, bound: float) -> None:
+        # One scope: shielded from the caller's cancellation, yet bounded by its own deadline.
+        with cancel_scope(shield=True, deadline=bound) as scope:
             summary = self._summary(status)
             self._finalize_tried = status
             # The exception already propagating matters more than these: warnings only.

@@ -81,16 +81,21 @@ def _trim(text: str) -> str:
 def operation(tb: TracebackType | None, default: str) -> str:
     """The store operation a traceback ran in: the innermost ``agentloopsql._pg_*`` method.
 
-    ``append_many`` (group commit) is reported as ``append``.
+    ``append_many`` (group commit) and ``append_fenced`` are reported as ``append``.
     """
     name = default
     while tb is not None:
         frame = tb.tb_frame
         module = frame.f_globals.get("__name__", "")
-        if module.startswith("agentloopsql._pg_") and "." in frame.f_code.co_qualname:
+        # _pg_append's statements run for PgOps methods, which name the operation.
+        if (
+            module.startswith("agentloopsql._pg_")
+            and module != "agentloopsql._pg_append"
+            and "." in frame.f_code.co_qualname
+        ):
             name = frame.f_code.co_name
         tb = tb.tb_next
-    return "append" if name == "append_many" else name
+    return "append" if name in ("append_many", "append_fenced") else name
 
 
 def classify(exc: psycopg.Error, op: str) -> StoreError:

@@ -21,7 +21,7 @@ Cancellation: when every caller of a running statement has been cancelled
 (and it is the first attempt, not a retry after a lost connection), a helper
 thread asks the server to cancel it, repeating until the statement ends. A
 statement the server cancelled rolled back (each is one autocommit
-transaction), so its callers get ``trio.Cancelled`` and nothing happened; one
+transaction), so its callers get the backend's cancellation and nothing happened; one
 that completed anyway is reported as done. The connection is then closed, not
 returned to the pool, so a late cancel request cannot hit a later statement.
 
@@ -40,7 +40,7 @@ import psycopg
 import psycopg_pool
 
 from agentloop import RunStep, StoreError, StoreUnavailableError
-from agentloopsql._jobs import AnyWork, Append, IdempotentWrite, KeyedWrite, Read
+from agentloopsql._jobs import AnyWork, Append, FencedAppend, IdempotentWrite, KeyedWrite, Read
 from agentloopsql._pg_errors import classify, copy_outcome, operation, shared_outcome, waited_error
 from agentloopsql._pg_running import Running, send_cancels
 from agentloopsql._worker import Interrupted, Job, dead_worker_error
@@ -180,11 +180,16 @@ class PgExecutor:
         """Run one call's ``work`` the way its kind allows."""
         if isinstance(work, Read | IdempotentWrite):
             return self.call(work.run, run)
+        ops = self._ops
+        if isinstance(work, FencedAppend):  # the lease check and the rows: one statement
+            lease, rows = work.lease, list[tuple[RunStep, int]](work.rows)
+            self.call_once(lambda c: ops.append_fenced(c, lease, rows), work.committed, run)
+            return None
         if isinstance(work, KeyedWrite) or len(work.rows) == 1:
             self.call_once(work.run, work.committed, run)
             return None
         # Autocommit: several rows are all-or-nothing only as one statement.
-        ops, rows = self._ops, list[tuple[RunStep, int]](work.rows)
+        rows = list[tuple[RunStep, int]](work.rows)
         self.call_once(lambda c: ops.append_many(c, rows), work.committed, run)
         return None
 

@@ -1,8 +1,9 @@
 """The SQL of every ``PostgresStore`` operation, one autocommit statement each.
 
 Each operation is a single statement, so it is its own transaction: it
-commits whole or not at all. A fenced write is the exception: one
-transaction holding a share lock on the session's lease row, then the write.
+commits whole or not at all. A fenced append is one statement too (see
+``_pg_append``). The other fenced writes are the exception: one transaction
+holding a share lock on the session's lease row, then the write.
 
 Imported only once psycopg is known to be installed.
 """
@@ -17,6 +18,7 @@ from agentloop import FinalizeSummary, Lease, LeaseLostError, RunStep, Session, 
 from agentloop._validate import check_fence, check_granted, check_renewable, preview
 from agentloopsql import _codec
 from agentloopsql._leases import Held
+from agentloopsql._pg_append import ROWS_PER_STATEMENT, AppendSql, single_row, step_params
 from agentloopsql._pg_schema import render
 
 if TYPE_CHECKING:
@@ -33,16 +35,11 @@ _UNTIL = "now() + make_interval(secs => %(ttl)s)"
 
 R = TypeVar("R")
 
-_ROWS_PER_STATEMENT = 5_000  # 11 parameters a row, at most 65,535 a statement
+# How long a fenced write's transaction may sit idle (its worker thread sends
+# the next statement at once, so only a client that is gone comes near it).
+FENCE_IDLE_MS = 10_000
 
 _QUERIES = {
-    # A row whose (session_id, append_key) is already stored is the same append
-    # (a retry racing its lost attempt): skipped, so no append is stored twice.
-    "append": (
-        "INSERT INTO {s}.steps (session_id, step_index, step_type, content, content_nul, "
-        "tool_args, duration_ms, prompt_tokens, completion_tokens, created_at, append_key) "
-        "VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
-    ),
     "append_landed": "SELECT 1 FROM {s}.steps WHERE session_id = %s AND append_key = %s LIMIT 1",
     "last_n": (
         f"SELECT {_STEP_COLUMNS} FROM {{s}}.steps WHERE session_id = %s ORDER BY seq DESC LIMIT %s"
@@ -141,9 +138,13 @@ _QUERIES = {
     "lease_held": "SELECT owner, token, expires_at IS NULL FROM {s}.leases WHERE session_id = %s",
     # The share lock makes a takeover (which must lock the row to update it)
     # wait until the fenced write's transaction ends, and makes the check
-    # read the latest committed row, never a stale one.
+    # read the latest committed row, never a stale one. A transaction whose
+    # client is gone would hold that lock forever: past FENCE_IDLE_MS idle,
+    # the server ends it (set here, no round trip of its own).
     "lease_fence": (
-        "SELECT owner, token, expires_at IS NULL FROM {s}.leases WHERE session_id = %s FOR SHARE"
+        "SELECT owner, token, expires_at IS NULL, "
+        "set_config('idle_in_transaction_session_timeout', %s, true) "
+        "FROM {s}.leases WHERE session_id = %s FOR SHARE"
     ),
 }
 
@@ -162,55 +163,45 @@ def _step(row: tuple[Any, ...]) -> RunStep:
     )
 
 
-def step_params(step: RunStep, key: int | None) -> tuple[object, ...]:
-    """The parameters of the ``append`` statement for ``step``."""
-    content, content_nul = _codec.split_nul(step.content)
-    return (
-        step.session_id,
-        step.step_index,
-        step.step_type.value,
-        content,
-        content_nul,
-        step.tool_args,
-        step.duration_ms,
-        step.prompt_tokens,
-        step.completion_tokens,
-        step.created_at,
-        key,
-    )
-
-
 class PgOps:
     """The statements of one schema, rendered once at open."""
 
     def __init__(self, conn: Conn, schema: str) -> None:
         self.q = {name: render(conn, schema, text) for name, text in _QUERIES.items()}
-        self._many: dict[int, str] = {}
+        quoted = render(conn, schema, "{s}")
+        self.q["append"] = single_row(quoted)
+        self._appends = AppendSql(quoted)
 
     def append(self, conn: Conn, step: RunStep, key: int) -> None:
-        conn.execute(self.q["append"], step_params(step, key))
+        # The hot statement: prepared on its first run on a connection, not its fifth.
+        conn.execute(self.q["append"], step_params(step, key), prepare=True)
 
     def append_many(self, conn: Conn, items: list[tuple[RunStep, int]]) -> None:
         """All of ``items`` in one multi-row INSERT: one statement, all rows or none, in order.
 
-        Past ``_ROWS_PER_STATEMENT`` rows (a statement takes at most 65,535
+        Past ``ROWS_PER_STATEMENT`` rows (a statement takes at most 65,535
         parameters) the rows go in several statements inside one transaction.
         """
-        if len(items) > _ROWS_PER_STATEMENT:
+        if len(items) > ROWS_PER_STATEMENT:
             with conn.transaction():
-                for start in range(0, len(items), _ROWS_PER_STATEMENT):
-                    self._insert_rows(conn, items[start : start + _ROWS_PER_STATEMENT])
+                for start in range(0, len(items), ROWS_PER_STATEMENT):
+                    self._appends.insert(conn, items[start : start + ROWS_PER_STATEMENT])
             return
-        self._insert_rows(conn, items)
+        self._appends.insert(conn, items)
 
-    def _insert_rows(self, conn: Conn, items: list[tuple[RunStep, int]]) -> None:
-        query = self._many.get(len(items))
-        if query is None:
-            head, _, row = self.q["append"].partition(" VALUES ")
-            row, _, tail = row.partition(" ON CONFLICT ")
-            rows = ", ".join([row] * len(items))
-            query = self._many[len(items)] = f"{head} VALUES {rows} ON CONFLICT {tail}"
-        conn.execute(query, [value for step, key in items for value in step_params(step, key)])
+    def append_fenced(self, conn: Conn, lease: Lease, items: list[tuple[RunStep, int]]) -> None:
+        """``items`` appended only while ``lease`` holds, as :meth:`fenced_write` would.
+
+        One statement (the lease check and the INSERT) up to ``ROWS_PER_STATEMENT``
+        rows; past that, :meth:`fenced_write` around :meth:`append_many`.
+
+        Raises:
+            LeaseLostError, ValueError: as ``check_fence``; nothing was appended.
+        """
+        if len(items) > ROWS_PER_STATEMENT:
+            self.fenced_write(conn, lease, lambda c: self.append_many(c, items))
+            return
+        self._appends.insert_fenced(conn, lease, items)
 
     def append_landed(self, conn: Conn, session_id: str, key: int) -> bool:
         return conn.execute(self.q["append_landed"], (session_id, key)).fetchone() is not None
@@ -328,7 +319,8 @@ class PgOps:
 
     def fenced_write(self, conn: Conn, lease: Lease, write: Callable[[Conn], R]) -> R:
         with conn.transaction():
-            row = conn.execute(self.q["lease_fence"], (lease.session_id,)).fetchone()
+            params = (str(FENCE_IDLE_MS), lease.session_id)
+            row = conn.execute(self.q["lease_fence"], params).fetchone()
             check_fence(lease, Held(row[0], int(row[1]), row[2]) if row is not None else None)
             return write(conn)
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
+from agentloop import StoreError
 from agentloop._validate import preview
 from agentloopsql._pg_shape import inspect, is_system_schema
 
@@ -160,7 +161,9 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> None:
     store's names in another shape, or a garbage ``schema_version``, is refused
     unchanged. A schema already at this version is only read (no DDL, no lock),
     so a role with nothing but ``USAGE`` and table/sequence DML privileges can
-    open a migrated schema. Otherwise the migration holds a transaction-scoped
+    open a migrated schema (a check that fails unlocked, perhaps because a
+    migration committed while it read, is repeated under the lock before it is
+    believed). Otherwise the migration holds a transaction-scoped
     advisory lock keyed on the schema name, so of several processes opening
     at once one migrates and the others wait, then find the work done.
     Idempotent.
@@ -170,8 +173,14 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> None:
             foreign or damaged (see :func:`agentloopsql._pg_shape.inspect`).
         psycopg.Error: PostgreSQL refused; nothing was changed.
     """
-    if inspect(conn, schema, SCHEMA_VERSION) == SCHEMA_VERSION:
-        return
+    try:
+        if inspect(conn, schema, SCHEMA_VERSION) == SCHEMA_VERSION:
+            return
+    except StoreError:
+        # Unlocked, the catalog and schema_version are read by two statements:
+        # a migration committing between them looks like a damaged schema.
+        # Judged again under the lock, where no migration runs.
+        pass
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(schema),))
         version = inspect(conn, schema, SCHEMA_VERSION)  # another process may have migrated

@@ -14,6 +14,10 @@ The lease rows time ten-step runs (four tool calls and the response) holding
 the session's lease against the same runs on the same store with its lease
 capability hidden (so the loop writes unfenced and takes no lease), on
 ``agentloopmem``, a SQLite file and (with ``AGENTLOOP_PG_DSN``) PostgreSQL.
+
+Every row runs under trio; the overhead rows, the step row and the in-memory
+lease row are measured under asyncio too (rows marked ``asyncio``), each
+ratio against a floor timed under the same backend.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 import trio
 
 import agentloopmem
@@ -70,18 +75,23 @@ def _script(runs: int, calls_per_run: int) -> list[ModelReply]:
     return replies
 
 
-def _timed(work: Callable[[], Awaitable[None]]) -> float:
-    """Seconds ``work`` takes inside a fresh ``trio.run`` (setup excluded)."""
+def _named(name: str, backend: str) -> str:
+    """The row name: trio rows keep their names, asyncio rows say so."""
+    return name if backend == "trio" else f"{name} [asyncio]"
+
+
+def _timed(work: Callable[[], Awaitable[None]], backend: str = "trio") -> float:
+    """Seconds ``work`` takes inside a fresh run of ``backend`` (setup excluded)."""
 
     async def main() -> float:
         start = time.perf_counter()
         await work()
         return time.perf_counter() - start
 
-    return trio.run(main)
+    return trio.run(main) if backend == "trio" else anyio.run(main, backend=backend)
 
 
-def _loop_seconds(calls_per_run: int, sessions: int) -> float:
+def _loop_seconds(calls_per_run: int, sessions: int, backend: str) -> float:
     model = ScriptedModel(_script(RUNS, calls_per_run))
     loop = Loop(model=model, tools=[TOOL], config=LoopConfig(max_iterations=calls_per_run))
 
@@ -89,10 +99,10 @@ def _loop_seconds(calls_per_run: int, sessions: int) -> float:
         for run in range(RUNS):
             await loop.run(f"s{run % sessions}", f"question {run}")
 
-    return _timed(work)
+    return _timed(work, backend)
 
 
-def _bare_seconds(calls_per_run: int) -> float:
+def _bare_seconds(calls_per_run: int, backend: str) -> float:
     model = ScriptedModel(_script(RUNS, calls_per_run))
     request = ModelRequest("", "", (Message("user", "question"),), (TOOL.spec,), None)
 
@@ -101,30 +111,40 @@ def _bare_seconds(calls_per_run: int) -> float:
         for _ in range(RUNS * calls_per_run):
             replies.append(await model.complete(request))
 
-    return _timed(work)
+    return _timed(work, backend)
 
 
-def _row(name: str, calls_per_run: int, sessions: int, limit: float) -> Row:
+def _row(name: str, calls_per_run: int, sessions: int, limit: float, backend: str) -> Row:
     iterations = RUNS * calls_per_run
     steps = RUNS * (2 * calls_per_run)  # user + response, and a call/result pair per tool call
-    ours = best_of(REPEATS, lambda: _loop_seconds(calls_per_run, sessions))
-    floor = best_of(REPEATS, lambda: _bare_seconds(calls_per_run))
+    ours = best_of(REPEATS, lambda: _loop_seconds(calls_per_run, sessions, backend))
+    floor = best_of(REPEATS, lambda: _bare_seconds(calls_per_run, backend))
     detail = (
         f"{ours / iterations * 1e6:.1f} us/iteration, {ours / steps * 1e6:.1f} us/step "
         f"vs bare {floor / iterations * 1e6:.2f} us/iteration"
     )
-    return Row(name, detail, ours / floor, limit)
+    return Row(_named(name, backend), detail, ours / floor, limit)
+
+
+def _overhead_rows(backend: str) -> list[Row]:
+    return [
+        _row("loop: 1 model call/run, new sessions", 1, RUNS, 60, backend),
+        _row("loop: 10 model calls/run, new sessions", 10, RUNS, 40, backend),
+        _row("loop: 10 model calls/run, 80-step history", 10, 1, 60, backend),
+    ]
 
 
 def rows() -> list[Row]:
     """Loop overhead per iteration (one call per run, ten per run, with a full history),
-    then the cost of a leased run against an unleased one on each store."""
+    the step row, then the cost of a leased run against an unleased one on each store;
+    then the same under asyncio (the SQL lease rows excepted)."""
     return [
-        _row("loop: 1 model call/run, new sessions", 1, RUNS, 60),
-        _row("loop: 10 model calls/run, new sessions", 10, RUNS, 40),
-        _row("loop: 10 model calls/run, 80-step history", 10, 1, 60),
+        *_overhead_rows("trio"),
         step_row(),
         *lease_rows(),
+        *_overhead_rows("asyncio"),
+        step_row("asyncio"),
+        anyio.run(_memory_lease_row, "asyncio", backend="asyncio"),
     ]
 
 
@@ -156,7 +176,7 @@ async def _append_seconds(count: int) -> float:
     return (time.perf_counter() - start) / count
 
 
-async def _step_row() -> Row:
+async def _step_row(backend: str) -> Row:
     """The median of ``STEP_ROUNDS`` per-round ratios, the two sides timed back to back
     in alternating order."""
     ratios: list[float] = []
@@ -168,7 +188,7 @@ async def _step_row() -> Row:
         ratios.append(seconds["step"][-1] / seconds["append"][-1])
     step, append = (statistics.median(seconds[kind]) * 1e6 for kind in ("step", "append"))
     return SpreadRow(
-        "loop step vs in-memory append (10-step leased run)",
+        _named("loop step vs in-memory append (10-step leased run)", backend),
         f"{step:.1f} vs {append:.2f} us (medians)",
         statistics.median(ratios),
         STEP_TARGET,
@@ -177,9 +197,11 @@ async def _step_row() -> Row:
     )
 
 
-def step_row() -> Row:
+def step_row(backend: str = "trio") -> Row:
     """One step of a ten-step run on a default ``Loop`` against one in-memory append."""
-    return trio.run(_step_row)
+    if backend == "trio":
+        return trio.run(_step_row, backend)
+    return anyio.run(_step_row, backend, backend=backend)
 
 
 # -- leased vs unleased runs --------------------------------------------------------------
@@ -224,7 +246,7 @@ async def _runs_seconds(stores: Stores, prefix: str, runs: int) -> float:
     return time.perf_counter() - start
 
 
-async def _lease_row(name: str, leased: Stores, unleased: Stores) -> Row:
+async def _lease_row(name: str, leased: Stores, unleased: Stores, backend: str = "trio") -> Row:
     """The median of ``LEASE_ROUNDS`` per-round ratios, each round timing both back to back
     (in alternating order), so a machine that slows down for a while skews no single side."""
     assert isinstance(leased[1], SupportsLease)
@@ -239,7 +261,7 @@ async def _lease_row(name: str, leased: Stores, unleased: Stores) -> Row:
         ratios.append(seconds["leased"][-1] / seconds["unleased"][-1])
     per_run = {kind: statistics.median(s) / runs * 1e6 for kind, s in seconds.items()}
     return SpreadRow(
-        f"loop lease: {name}, 10-step run, leased vs unleased",
+        _named(f"loop lease: {name}, 10-step run, leased vs unleased", backend),
         f"{per_run['leased']:.0f} vs {per_run['unleased']:.0f} us/run (medians)",
         statistics.median(ratios),
         LEASE_TARGETS[name],
@@ -248,12 +270,13 @@ async def _lease_row(name: str, leased: Stores, unleased: Stores) -> Row:
     )
 
 
-async def _memory_lease_row() -> Row:
+async def _memory_lease_row(backend: str = "trio") -> Row:
     steps, plain_steps = agentloopmem.StepStore(), agentloopmem.StepStore()
     return await _lease_row(
         "memory",
         (steps, agentloopmem.SessionStore(steps=steps)),
         (plain_steps, _UnleasedSessions()),
+        backend,
     )
 
 

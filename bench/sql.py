@@ -2,30 +2,25 @@
 
 SQLite appends are compared with two floors: raw ``sqlite3`` running the
 same ``BEGIN IMMEDIATE; INSERT; COMMIT`` in the calling thread (the physical
-floor), and the same raw statements behind one ``trio.to_thread`` hop (what
-any off-thread store must pay per call). PostgreSQL appends are compared with
-raw ``psycopg`` running the same INSERT on its own connection(s). ``last_n``
-is timed at a 10^5-step history against a 10^2-step one in the same table.
-PostgreSQL rows need ``AGENTLOOP_PG_DSN``; they are left out without it.
+floor), and the same raw statements behind one ``to_thread`` hop (what any
+off-thread store must pay per call); the SQLite rows run under trio and again
+under asyncio (``_sql_lite``). ``last_n`` is timed at a 10^5-step history
+against a 10^2-step one in the same table. The PostgreSQL rows
+(``bench._sql_pg``) need ``AGENTLOOP_PG_DSN``; they are left out without it.
 """
 
 from __future__ import annotations
 
 import os
-import secrets
 import sqlite3
 import tempfile
-import threading
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
-from typing import Any
 
 import trio
 
 from agentloop import RunStep
 from agentloopsql import PostgresStore, SqliteStore
-from agentloopsql._ops import new_key
 from agentloopsql._sqlite import _INSERT_STEP, step_params
 from bench._report import Row
 
@@ -62,89 +57,6 @@ def _raw_append(conn: sqlite3.Connection) -> None:
     conn.execute("COMMIT")
 
 
-async def _sqlite_appends(directory: str, synchronous: str) -> list[Row]:
-    floor_path = os.path.join(directory, f"floor-{synchronous}.db")
-    store_path = os.path.join(directory, f"store-{synchronous}.db")
-    await (await SqliteStore.open(floor_path)).aclose()  # the same schema for the floor
-    raw = _raw_sqlite(floor_path, synchronous)
-    store = await SqliteStore.open(store_path, synchronous=synchronous)
-
-    async def in_thread() -> None:
-        for _ in range(_SEQ_OPS):
-            _raw_append(raw)
-
-    async def one_hop() -> None:
-        for _ in range(_SEQ_OPS):
-            await trio.to_thread.run_sync(_raw_append, raw)
-
-    async def ours() -> None:
-        for _ in range(_SEQ_OPS):
-            await store.append(_STEP)
-
-    async def ours_concurrent() -> None:
-        async def writer() -> None:
-            for _ in range(_SEQ_OPS // _TASKS * 4):
-                await store.append(_STEP)
-
-        async with trio.open_nursery() as nursery:
-            for _ in range(_TASKS):
-                nursery.start_soon(writer)
-
-    one_connection = trio.CapacityLimiter(1)
-
-    async def per_call_concurrent() -> None:
-        # The alternative design: every call its own to_thread hop, one at a time
-        # on the one connection, one commit per append.
-        async def writer() -> None:
-            for _ in range(_SEQ_OPS // _TASKS * 4):
-                await trio.to_thread.run_sync(_raw_append, raw, limiter=one_connection)
-
-        async with trio.open_nursery() as nursery:
-            for _ in range(_TASKS):
-                nursery.start_soon(writer)
-
-    concurrent_ops = _SEQ_OPS // _TASKS * 4 * _TASKS
-    try:
-        floor = await _best(lambda: _per_op_us(_SEQ_OPS, in_thread))
-        hop = await _best(lambda: _per_op_us(_SEQ_OPS, one_hop))
-        seq = await _best(lambda: _per_op_us(_SEQ_OPS, ours))
-        conc = await _best(lambda: _per_op_us(concurrent_ops, ours_concurrent))
-        per_call = await _best(lambda: _per_op_us(concurrent_ops, per_call_concurrent))
-    finally:
-        await store.aclose()
-        raw.close()
-    mode = f"synchronous={synchronous.upper()}"
-    return [
-        Row(
-            "sqlite append, sequential",
-            f"vs raw sqlite3 + one to_thread hop ({seq:.0f} vs {hop:.0f} us; {mode})",
-            seq / hop,
-            1.2,
-        ),
-        Row(
-            "sqlite append, sequential",
-            f"vs raw sqlite3 in-thread, info only ({seq:.0f} vs {floor:.0f} us; {mode})",
-            seq / floor,
-            NO_TARGET,
-        ),
-        Row(
-            f"sqlite append, {_TASKS} tasks",
-            f"throughput vs raw in-thread ({1e6 / conc:.0f} vs {1e6 / floor:.0f}/s; {mode})",
-            floor / conc,
-            0.5,
-            at_least=True,
-        ),
-        Row(
-            f"sqlite append, {_TASKS} tasks",
-            f"vs to_thread per call + CapacityLimiter(1) ({1e6 / conc:.0f} vs "
-            f"{1e6 / per_call:.0f}/s; {mode})",
-            per_call / conc,
-            1.0,
-            at_least=True,
-        ),
-    ]
-
-
 def fill_sqlite(path: str, sizes: dict[str, int]) -> None:
     """Insert ``sizes[session]`` steps per session straight into a SqliteStore's file."""
     conn = _raw_sqlite(path, "normal")
@@ -156,20 +68,6 @@ def fill_sqlite(path: str, sizes: dict[str, int]) -> None:
         conn.executemany(_INSERT_STEP, rows)
     conn.execute("COMMIT")
     conn.close()
-
-
-async def _sqlite_last_n(directory: str) -> Row:
-    path = os.path.join(directory, "history.db")
-    await (await SqliteStore.open(path)).aclose()
-    await trio.to_thread.run_sync(fill_sqlite, path, {"big": 100_000, "small": 100})
-    async with await SqliteStore.open(path) as store:
-        big, small = await _last_n_pair(store)
-    return Row(
-        "sqlite last_n(50)",
-        f"10^5 vs 10^2 steps of history ({big:.0f} vs {small:.0f} us)",
-        big / small,
-        1.5,
-    )
 
 
 async def _last_n_pair(store: SqliteStore | PostgresStore) -> tuple[float, float]:
@@ -189,144 +87,26 @@ async def _last_n_pair(store: SqliteStore | PostgresStore) -> tuple[float, float
     return big, small
 
 
-# -- PostgreSQL ---------------------------------------------------------------
-
-
-def _pg_floor(dsn: str, insert: str, sessions: int, ops: int) -> float:
-    """Raw psycopg: one autocommit connection per session, each in its own thread.
-
-    Every INSERT carries a fresh append key, as the store's do: a repeated key
-    would make each INSERT after the first a no-op (``ON CONFLICT DO NOTHING``)
-    that writes and flushes nothing, a floor no store that stores rows can meet.
-    """
-    import psycopg
-
-    conns = [psycopg.connect(dsn, autocommit=True) for _ in range(sessions)]
-    params = [
-        [f"floor-{n}", 0, "tool_result", "x" * 200, None, '{"k": 1}', 0, 0, 0, datetime.now(UTC), 1]
-        for n in range(sessions)
-    ]
-    for conn, p in zip(conns, params, strict=True):
-        p[-1] = new_key()
-        conn.execute(insert, p)  # connect and warm up before the clock starts
-    barrier = threading.Barrier(sessions + 1)
-
-    def worker(conn: Any, p: list[object]) -> None:
-        barrier.wait()
-        for _ in range(ops):
-            p[-1] = new_key()
-            conn.execute(insert, p)
-
-    threads = [
-        threading.Thread(target=worker, args=(c, p)) for c, p in zip(conns, params, strict=True)
-    ]
-    for thread in threads:
-        thread.start()
-    barrier.wait()
-    start = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - start
-    for conn in conns:
-        conn.close()
-    return sessions * ops / elapsed
-
-
-async def _pg_ours(store: PostgresStore, sessions: int, ops: int) -> float:
-    steps = [
-        RunStep(f"ours-{n}", 0, "tool_result", content="x" * 200, tool_args='{"k": 1}')
-        for n in range(sessions)
-    ]
-
-    async def writer(step: RunStep) -> None:
-        for _ in range(ops):
-            await store.append(step)
-
-    start = time.perf_counter()
-    async with trio.open_nursery() as nursery:
-        for step in steps:
-            nursery.start_soon(writer, step)
-    return sessions * ops / (time.perf_counter() - start)
-
-
-async def _postgres_rows(dsn: str) -> list[Row]:
-    import psycopg
-    from psycopg import sql
-
-    from agentloopsql._pg_ops import PgOps
-
-    schema = f"agentloop_bench_{secrets.token_hex(4)}"
-    store = await PostgresStore.open(dsn, schema=schema, pool_size=_TASKS)
-    rows: list[Row] = []
-    try:
-        assert isinstance(store._ops, PgOps)
-        insert = store._ops.q["append"]
-        for sessions, ops in ((1, 300), (_TASKS, 60)):
-            await _pg_ours(store, sessions, 5)  # warm every pooled connection
-            floor = ours = 0.0
-            for _ in range(_REPEATS):
-                floor = max(
-                    floor, await trio.to_thread.run_sync(_pg_floor, dsn, insert, sessions, ops)
-                )
-                ours = max(ours, await _pg_ours(store, sessions, ops))
-            rows.append(
-                Row(
-                    f"postgres appends/s, {sessions} session{'s' if sessions > 1 else ''}",
-                    f"vs raw psycopg, same INSERT ({ours:.0f} vs {floor:.0f}/s)",
-                    ours / floor,
-                    0.7 if sessions > 1 else 0.8,
-                    at_least=True,
-                )
-            )
-        await trio.to_thread.run_sync(_fill_pg, dsn, schema, {"big": 100_000, "small": 100})
-        big, small = await _last_n_pair(store)
-        rows.append(
-            Row(
-                "postgres last_n(50)",
-                f"10^5 vs 10^2 steps of history ({big:.0f} vs {small:.0f} us)",
-                big / small,
-                1.5,
-            )
-        )
-    finally:
-        await store.aclose()
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
-    return rows
-
-
-def _fill_pg(dsn: str, schema: str, sizes: dict[str, int]) -> None:
-    import psycopg
-    from psycopg import sql
-
-    copy = sql.SQL(
-        "COPY {}.steps (session_id, step_index, step_type, content, tool_args, duration_ms, "
-        "prompt_tokens, completion_tokens, created_at) FROM STDIN"
-    ).format(sql.Identifier(schema))
-    now = datetime.now(UTC)
-    with psycopg.connect(dsn) as conn, conn.cursor() as cur:
-        with cur.copy(copy) as out:
-            for session, count in sizes.items():
-                for i in range(count):
-                    out.write_row((session, i, "tool_result", "y" * 200, "{}", 0, 0, 0, now))
-        cur.execute(sql.SQL("ANALYZE {}.steps").format(sql.Identifier(schema)))
-
-
 # -- the section ----------------------------------------------------------------
 
 
 async def _all_rows() -> list[Row]:
+    from bench import _sql_lite  # it imports this module's helpers
+
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="agentloopsql-bench-") as directory:
-        for synchronous in ("full", "normal"):
-            rows.extend(await _sqlite_appends(directory, synchronous))
-        rows.append(await _sqlite_last_n(directory))
+        rows.extend(await _sql_lite.sqlite_rows(directory, _sql_lite.TRIO))
     dsn = os.environ.get("AGENTLOOP_PG_DSN", "")
     if dsn:
-        rows.extend(await _postgres_rows(dsn))
+        from bench._sql_pg import postgres_rows
+
+        rows.extend(await postgres_rows(dsn))
     return rows
 
 
 def rows() -> list[Row]:
-    """SQLite and (with ``AGENTLOOP_PG_DSN``) PostgreSQL ratios, all measured in this run."""
-    return trio.run(_all_rows)
+    """SQLite (under trio, then asyncio) and (with ``AGENTLOOP_PG_DSN``) PostgreSQL ratios,
+    all measured in this run."""
+    from bench import _sql_lite
+
+    return trio.run(_all_rows) + _sql_lite.asyncio_rows()

@@ -1,11 +1,11 @@
-"""Models and stores with scripted behaviour, shared by the loop tests."""
+"""Models and stores with scripted behaviour, shared by the loop tests (trio and asyncio)."""
 
 from __future__ import annotations
 
 import json
 import math
 
-import trio
+import anyio
 
 import agentloopmem
 from agentloop import (
@@ -18,6 +18,13 @@ from agentloop import (
     StoreUnavailableError,
     ToolCall,
 )
+
+
+async def _sleep(seconds: float) -> None:
+    """Sleep under either backend; ``inf`` sleeps until cancelled."""
+    if seconds == math.inf:
+        await anyio.sleep_forever()
+    await anyio.sleep(seconds)
 
 
 def call(name: str, call_id: str = "c1", **args: object) -> ModelReply:
@@ -34,7 +41,7 @@ class SlowModel:
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         self.requests.append(request)
-        await trio.sleep(self.delay)
+        await _sleep(self.delay)
         return ModelReply(content=f"echo: {request.messages[-1].content}")
 
 
@@ -83,7 +90,7 @@ class SlowFinalize(UnfencedWrites):
 
     async def finalize(self, session_id: str, summary: FinalizeSummary) -> None:
         self.finalize_calls += 1
-        await trio.sleep(self.delay)
+        await _sleep(self.delay)
         await super().finalize(session_id, summary)
 
 
@@ -95,7 +102,7 @@ class SlowLastN(agentloopmem.StepStore):
         self.delay = 0.0
 
     async def last_n(self, session_id: str, n: int) -> list[RunStep]:
-        await trio.sleep(self.delay)
+        await _sleep(self.delay)
         return await super().last_n(session_id, n)
 
 
@@ -103,7 +110,7 @@ class SlowGet(agentloopmem.SessionStore):
     """``get`` sleeps forever."""
 
     async def get(self, session_id: str) -> Session:
-        await trio.sleep(math.inf)
+        await anyio.sleep_forever()
         raise AssertionError("unreachable")
 
 

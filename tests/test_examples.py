@@ -21,3 +21,17 @@ def test_quickstart_matches_readme() -> None:
         text=True,
     ).stdout
     assert out.splitlines() == ["['hello!', \"what's next?\"]", '{"todo": ["write tests"]}']
+
+
+def test_asyncio_app_matches_readme() -> None:
+    """examples/asyncio_app.py is the README's asyncio example, and it prints what it says."""
+    source = (ROOT / "examples" / "asyncio_app.py").read_text()
+    body = source.split('"""', 2)[2].lstrip("\n")
+    assert body in (ROOT / "README.md").read_text()
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "asyncio_app.py")],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert out.splitlines() == ["['Hello!', 'Hello!']", "['Hi', 'Hello!']"]

@@ -1,0 +1,135 @@
+"""Under asyncio only: the cancellation sources anyio does not own, and what renewals leave behind.
+
+``Task.cancel()`` and ``asyncio.timeout`` cancel a run from outside any anyio
+scope; each must still record the run (``finalize(cancelled)``, shielded and
+bounded) and release its lease. Anyio cancel scopes are covered on both
+backends in ``test_loop_backends.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import anyio
+import pytest
+from _loop_helpers import SlowFinalize, SlowModel
+
+import agentloopmem
+from agentloop import Loop, LoopConfig, ModelReply, ModelRequest, RunStatus, ScriptedModel, StepType
+
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
+
+
+class _Gate:
+    """A model whose first call signals, then waits until cancelled; later calls answer "ok"."""
+
+    def __init__(self) -> None:
+        self.called = asyncio.Event()
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        if self.called.is_set():
+            return ModelReply(content="ok")
+        self.called.set()
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+
+async def _final(loop: Loop, session_id: str = "s") -> tuple[RunStatus, int]:
+    final = await loop.sessions.final(session_id)  # type: ignore[attr-defined]
+    return final.status, final.step_count
+
+
+async def _released(loop: Loop, session_id: str = "s") -> bool:
+    sessions: agentloopmem.SessionStore = loop.sessions  # type: ignore[assignment]
+    return await sessions.acquire_lease(session_id, "next", 10) is not None
+
+
+async def test_task_cancel_records_cancelled_and_releases() -> None:
+    """``Task.cancel()`` mid-run: finalize(cancelled), lease released, CancelledError raised."""
+    model = _Gate()
+    loop = Loop(model=model)
+    task = asyncio.create_task(loop.run("s", "hi"))
+    await model.called.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await _final(loop) == (RunStatus.cancelled, 1)
+    assert await _released(loop)
+
+
+async def test_asyncio_timeout_records_cancelled_and_releases() -> None:
+    """An expiring ``asyncio.timeout`` around a run: finalize(cancelled), then TimeoutError."""
+    loop = Loop(model=SlowModel())
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.02):
+            await loop.run("s", "hi")
+    assert await _final(loop) == (RunStatus.cancelled, 1)
+    assert await _released(loop)
+
+
+async def test_second_task_cancel_waits_for_the_finalize() -> None:
+    """A second ``Task.cancel()`` during the cancelled run's finalize does not cut it short."""
+    model = _Gate()
+    sessions = SlowFinalize(delay=0.05)
+    loop = Loop(model=model, sessions=sessions)
+    task = asyncio.create_task(loop.run("s", "hi"))
+    await model.called.wait()
+    task.cancel()
+    for _ in range(5):  # the run reaches its finalize, which sleeps 50 ms
+        await asyncio.sleep(0)
+    assert sessions.finalize_calls == 1
+    task.cancel()  # the finalize is sleeping now
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await _final(loop) == (RunStatus.cancelled, 1)
+
+
+async def test_task_cancel_while_waiting_for_the_session_lock() -> None:
+    """A run cancelled while another run of its session holds the lock records nothing."""
+    model = _Gate()
+    loop = Loop(model=model)
+    first = asyncio.create_task(loop.run("s", "first"))
+    await model.called.wait()
+    second = asyncio.create_task(loop.run("s", "second"))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    second.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await second
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    steps = await loop.steps.last_n("s", 10)
+    assert [step.content for step in steps] == ["first"]
+    result = await loop.run("s", "third")  # the lock was let go
+    assert result.status is RunStatus.completed
+
+
+async def test_cancel_before_the_run_starts_records_nothing() -> None:
+    """A ``Task.cancel()`` made before the run starts lands before the lock: nothing written."""
+    loop = Loop(model=ScriptedModel(["never"]))
+
+    async def run() -> None:
+        asyncio.current_task().cancel()  # type: ignore[union-attr]
+        await loop.run("s", "hi")
+
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.create_task(run())
+    assert await loop.steps.last_n("s", 5) == []
+    assert await loop.sessions.final("s") is None  # type: ignore[attr-defined]
+
+
+async def test_renewals_leave_no_task_or_timer_behind() -> None:
+    """Leased runs renewed on asyncio timers leave no renewal task running once they end."""
+    config = LoopConfig(lease_ttl=0.03)  # renewed every 10 ms
+    loop = Loop(model=SlowModel(0.05), config=config)
+    async with anyio.create_task_group() as tg:
+        for n in range(3):
+            tg.start_soon(loop.run, f"s{n}", "hi")
+    for _ in range(5):  # let a renewal that started last finish
+        await asyncio.sleep(0.01)
+    assert [task for task in asyncio.all_tasks() if task.get_name().startswith("agentloop")] == []
+    assert [step.step_type for step in await loop.steps.last_n("s0", 5)] == [
+        StepType.user,
+        StepType.response,
+    ]
