@@ -11,7 +11,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
 
-import trio
+import anyio
 
 from agentloop import RunStep
 from agentlooptest._data import T0
@@ -48,9 +48,9 @@ def start() -> None:
 
 
 def call(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-    """Await ``fn(*args)`` on the trio thread that started the machine, logging the call."""
+    """Await ``fn(*args)`` on the event loop thread that started the machine, logging the call."""
     _LOG.append(show_call(fn, args))
-    return trio.from_thread.run(fn, *args)
+    return anyio.from_thread.run(fn, *args)
 
 
 def show_call(fn: Callable[..., Any], args: tuple[Any, ...]) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import trio
+import anyio
 
 from agentlooptest._clause import clause
 
@@ -28,4 +28,4 @@ if TYPE_CHECKING:
 async def _session_model(h: Harness) -> None:
     from agentlooptest._clauses import _machines  # imported late: see the module docstring
 
-    await trio.to_thread.run_sync(_machines.run_machine, _machines.SessionMachine, h)
+    await anyio.to_thread.run_sync(_machines.run_machine, _machines.SessionMachine, h)
