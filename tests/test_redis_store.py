@@ -11,18 +11,26 @@ import asyncio
 import os
 import secrets
 import socket
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 import anyio
 import anyio.lowlevel
 import pytest
+import redis.asyncio
 import trio
 from redis_store import (
+    EXPECTED_FAILURES,
     BrokenRedisStepStore,
     RedisSessionStore,
     RedisStepStore,
+    broken_harness,
     delete_prefix,
+    harness,
+    new_run,
 )
 
 from agentloop import (
@@ -36,6 +44,9 @@ from agentloop import (
     StoreClosedError,
     StoreUnavailableError,
 )
+from agentlooptest import certify
+
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.anyio
 
@@ -263,3 +274,66 @@ def test_refuses_to_run_under_trio() -> None:
 
     with pytest.raises(RuntimeError, match="asyncio-native"):
         trio.run(make)
+
+
+async def leftover(run: str) -> list[str]:
+    """The keys a certification run left under its prefix."""
+    client = redis.asyncio.Redis.from_url("redis://127.0.0.1:6379/0", decode_responses=True)
+    try:
+        return [key async for key in client.scan_iter(match=f"{run}:*")]
+    finally:
+        await client.aclose()
+
+
+async def test_certified_under_asyncio_by_certify() -> None:
+    """Front door 2: every clause passes; only the one-object clause does not apply."""
+    run = new_run()
+    report = await certify(harness(run))
+    assert not report.failed, "\n\n".join(r.message for r in report.failed)
+    assert report.ok
+    assert {r.id for r in report.skipped} == {"session.combined.one-session"}
+    assert "lease" in report.level
+    assert await leftover(run) == []  # cleanup() deleted every key of the run
+
+
+async def test_broken_twin_fails_exactly_its_clause() -> None:
+    """The twin fails step.append-many.cancel and passes every other step clause.
+
+    Only the step clauses run: the twin's session store is the certified one.
+    """
+    run = new_run()
+    report = await certify(broken_harness(run), pattern="step.")
+    assert {r.id for r in report.failed} == EXPECTED_FAILURES
+    [failure] = report.failed
+    assert "cancelled after" in failure.message
+    family = {r.id for r in report.passed if r.id.startswith("step.append-many.")}
+    assert family == {f"step.append-many.{name}" for name in ("order", "atomic", "durable")}
+    assert len(report.passed) > 20
+    assert await leftover(run) == []
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return subprocess.run(
+        [sys.executable, "-m", "agentlooptest", "certify", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def test_cli_certifies_under_asyncio() -> None:
+    """Front door 3: ``agentlooptest certify --backend asyncio tests.redis_store:harness``."""
+    done = _cli("--backend", "asyncio", "tests.redis_store:harness")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert "CERTIFIED" in done.stdout
+
+
+def test_cli_under_trio_names_the_backend_to_use() -> None:
+    """Without ``--backend asyncio`` the run fails, saying the store needs asyncio."""
+    done = _cli("tests.redis_store:harness", "-k", "step.window")
+    assert done.returncode == 1
+    assert "needs asyncio" in done.stdout

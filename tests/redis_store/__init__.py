@@ -12,12 +12,13 @@ realistic bug the contract must catch.
 from __future__ import annotations
 
 from ._base import REDIS_URL
-from ._broken import BrokenRedisStepStore, broken_harness
-from ._harness import delete_prefix, harness, make_harness
+from ._broken import EXPECTED_FAILURES, BrokenRedisStepStore, broken_harness
+from ._harness import delete_prefix, harness, make_harness, new_run
 from ._sessions import RedisSessionStore
 from ._steps import RedisStepStore
 
 __all__ = [
+    "EXPECTED_FAILURES",
     "REDIS_URL",
     "BrokenRedisStepStore",
     "RedisSessionStore",
@@ -26,4 +27,5 @@ __all__ = [
     "delete_prefix",
     "harness",
     "make_harness",
+    "new_run",
 ]

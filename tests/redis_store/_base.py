@@ -20,6 +20,10 @@ SOCKET_TIMEOUT = 10.0
 """Seconds one Redis round trip may take before the call raises ``StoreUnavailableError``."""
 
 
+MAX_CONNECTIONS = 32
+"""Connections one store handle opens at most; more concurrent calls wait for one."""
+
+
 class RedisBase:
     """One ``redis.asyncio`` client (its own connection pool) and the keys under ``prefix``.
 
@@ -36,12 +40,17 @@ class RedisBase:
         self.prefix = prefix
         self.url = url
         self._closed = False
-        self._redis: Any = redis.asyncio.Redis.from_url(
+        # A blocking pool: a burst of concurrent calls queues for a connection
+        # (up to SOCKET_TIMEOUT) instead of failing with "Too many connections".
+        pool = redis.asyncio.BlockingConnectionPool.from_url(
             url,
+            max_connections=MAX_CONNECTIONS,
+            timeout=SOCKET_TIMEOUT,
             decode_responses=True,
             socket_timeout=SOCKET_TIMEOUT,
             socket_connect_timeout=SOCKET_TIMEOUT,
         )
+        self._redis: Any = redis.asyncio.Redis.from_pool(pool)
 
     def _key(self, kind: str, session_id: str = "") -> str:
         return f"{self.prefix}:{kind}:{session_id}"

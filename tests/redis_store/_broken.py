@@ -30,6 +30,7 @@ class BrokenRedisStepStore(RedisStepStore):
             await self.append(step)
 
 
-def broken_harness() -> Harness:
-    """The CLI target ``tests.redis_store:broken_harness``: the twin and the good session store."""
-    return make_harness(BrokenRedisStepStore)
+def broken_harness(run: str | None = None) -> Harness:
+    """The CLI target ``tests.redis_store:broken_harness``: the twin and the good session store
+    (keys under ``run``, a fresh prefix by default)."""
+    return make_harness(BrokenRedisStepStore, run)

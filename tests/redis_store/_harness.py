@@ -6,35 +6,52 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
-import redis.asyncio
+import anyio.to_thread
+import redis
 
 from agentlooptest import Harness
 
-from ._base import REDIS_URL
+from ._base import REDIS_URL, SOCKET_TIMEOUT
 from ._sessions import RedisSessionStore
 from ._steps import RedisStepStore
 
 
-async def delete_prefix(prefix: str, url: str = REDIS_URL) -> int:
-    """Delete every key starting with ``prefix + ":"``; how many there were."""
-    client: Any = redis.asyncio.Redis.from_url(url)
+def _delete_prefix(prefix: str, url: str) -> int:
+    client: Any = redis.Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT)
     try:
-        found = [key async for key in client.scan_iter(match=f"{prefix}:*", count=1000)]
+        found = list(client.scan_iter(match=f"{prefix}:*", count=1000))
         for start in range(0, len(found), 500):
-            await client.unlink(*found[start : start + 500])
+            client.unlink(*found[start : start + 500])
         return len(found)
     finally:
-        await client.aclose()
+        client.close()
 
 
-def make_harness(step_store: Callable[[str], Any] = RedisStepStore) -> Harness:
-    """A ``Harness`` whose every store gets its own prefix under one random run prefix.
+async def delete_prefix(prefix: str, url: str = REDIS_URL) -> int:
+    """Delete every key starting with ``prefix + ":"``; how many there were.
+
+    Runs the blocking client in a worker thread, so it works under trio too:
+    a run certified under the wrong backend still leaves nothing behind.
+    """
+    return await anyio.to_thread.run_sync(_delete_prefix, prefix, url)
+
+
+def new_run() -> str:
+    """A fresh, random run prefix (``agentloop-example:<12 hex digits>``)."""
+    return f"agentloop-example:{secrets.token_hex(6)}"
+
+
+def make_harness(
+    step_store: Callable[[str], Any] = RedisStepStore, run: str | None = None
+) -> Harness:
+    """A ``Harness`` whose every store gets its own prefix under the run prefix ``run``
+    (a fresh :func:`new_run` by default).
 
     ``reopen(store)`` opens a second handle on the store's prefix; ``cleanup``
     deletes every key of the run, so a failed or killed run leaves nothing.
     ``step_store(prefix)`` builds the step stores (the broken twin swaps it).
     """
-    run = f"agentloop-example:{secrets.token_hex(6)}"
+    run = new_run() if run is None else run
     count = iter(range(1 << 62))
 
     def prefix() -> str:
@@ -60,6 +77,6 @@ def make_harness(step_store: Callable[[str], Any] = RedisStepStore) -> Harness:
     )
 
 
-def harness() -> Harness:
+def harness(run: str | None = None) -> Harness:
     """The CLI target ``tests.redis_store:harness``: both Redis stores, a fresh run prefix."""
-    return make_harness()
+    return make_harness(run=run)
