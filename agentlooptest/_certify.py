@@ -183,9 +183,11 @@ async def _one(clause: Clause, harness: Harness, run: _Run, clause_timeout: floa
     reason = skip_reason(clause, harness, capabilities.get(clause.protocol, frozenset()))
     if reason is not None:
         return result("skipped", reason)
-    outcome, need = await run_clause_telling_backend(clause, harness, clause_timeout=clause_timeout)
-    if need is not None:
-        run.wrong, run.wrong_told = (need, outcome.message), clause.id
+    outcome, needed = await run_clause_telling_backend(
+        clause, harness, clause_timeout=clause_timeout
+    )
+    if needed is not None:
+        run.wrong, run.wrong_told = (needed, outcome.message), clause.id
     return outcome
 
 

@@ -70,7 +70,11 @@ SUMMARIES = st.builds(
 
 def _open(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
     """Await ``fn(*args)`` on the event loop thread (opening, closing: not part of the program)."""
-    return anyio.from_thread.run(fn, *args)
+
+    async def opened() -> T:
+        return await fn(*args)
+
+    return anyio.from_thread.run(opened)
 
 
 class StepMachine(RuleBasedStateMachine):

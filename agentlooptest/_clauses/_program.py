@@ -6,7 +6,7 @@ the log after a failure is that program, call by call.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
@@ -47,7 +47,7 @@ def start() -> None:
     _LOG.clear()
 
 
-def call(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+def call(fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
     """Await ``fn(*args)`` on the event loop thread that started the machine, logging the call."""
     _LOG.append(show_call(fn, args))
     return anyio.from_thread.run(fn, *args)
