@@ -44,7 +44,7 @@ from agentloop import (
     StoreClosedError,
     StoreUnavailableError,
 )
-from agentlooptest import certify
+from agentlooptest import Harness, SessionStoreContract, StepStoreContract, certify
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -337,3 +337,13 @@ def test_cli_under_trio_names_the_backend_to_use() -> None:
     done = _cli("tests.redis_store:harness", "-k", "step.window")
     assert done.returncode == 1
     assert "needs asyncio" in done.stdout
+
+
+class TestRedisStoreContract(StepStoreContract, SessionStoreContract):
+    """Front door 1: one pytest test per clause, each run in its own asyncio loop."""
+
+    backend = "asyncio"
+
+    @pytest.fixture
+    def harness(self) -> Harness:
+        return harness()
