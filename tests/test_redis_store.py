@@ -261,7 +261,7 @@ async def test_broken_twin_leaves_part_of_a_cancelled_batch(prefix: str) -> None
         if appended == 1:
             scope.cancel()
 
-    twin.append = append  # type: ignore[method-assign]
+    twin.append = append  # type: ignore[method-assign,assignment]
     with anyio.CancelScope() as scope:
         await twin.append_many([step("a", 0), step("a", 1), step("a", 2)])
     assert await twin.all("a") == [step("a", 0)]  # a partial batch: not all or nothing

@@ -49,11 +49,12 @@ async def run_call(closed: Callable[[], bool], what: str, work: Callable[[], Awa
     await asyncio.sleep(0)
     if closed():
         raise StoreClosedError(f"{what} is closed")
-    with anyio.CancelScope(shield=True):
-        try:
-            return await _to_completion(work)
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-            raise StoreUnavailableError(f"{what}: Redis unavailable: {exc}", exc) from exc
+    try:
+        with anyio.CancelScope(shield=True):  # never cancelled itself: swallows nothing
+            result = await _to_completion(work)
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        raise StoreUnavailableError(f"{what}: Redis unavailable: {exc}", exc) from exc
+    return result
 
 
 async def _to_completion(work: Callable[[], Awaitable[T]]) -> T:
