@@ -17,6 +17,17 @@ if TYPE_CHECKING:
     from agentlooptest._harness import Harness
 
 
+def _writer_doc(k: int) -> str:
+    """Writer ``k``'s document; odd writers list its keys in reverse.
+
+    A store that applies a document key by key then ends with keys from two
+    writers even when the tasks run in lockstep (asyncio's FIFO scheduling):
+    the last writer of the first key is not the last writer of the last one.
+    """
+    items = [("writer", k), ("copy", k), ("a", k), ("b", [k]), ("c", {"k": k})]
+    return json.dumps(dict(items if k % 2 == 0 else reversed(items)))
+
+
 @clause(
     "session.concurrency.same-session",
     "concurrent update_data on one session ends with exactly one of the written values",
@@ -29,10 +40,7 @@ async def _same_session(h: Harness) -> None:
     async with open_sessions(h) as store:
         for storm in range(6):
             sid = f"shared-{storm}"
-            written = [
-                json.dumps({"writer": k, "copy": k, "a": k, "b": [k], "c": {"k": k}})
-                for k in range(60)
-            ]
+            written = [_writer_doc(k) for k in range(60)]
             async with anyio.create_task_group() as tasks:
                 for doc in written:
                     tasks.start_soon(store.update_data, sid, doc)
@@ -86,9 +94,12 @@ async def _first_writes(h: Harness) -> None:
     async with open_sessions(h) as store:
         ids = [f"new{k}" for k in range(60)]
         async with anyio.create_task_group() as tasks:
-            for sid in ids:
+            for k, sid in enumerate(ids):  # either may start first, also under FIFO scheduling
+                if k % 2:
+                    tasks.start_soon(store.finalize, sid, DONE)
                 tasks.start_soon(store.update_data, sid, json.dumps({"first": sid}))
-                tasks.start_soon(store.finalize, sid, DONE)
+                if not k % 2:
+                    tasks.start_soon(store.finalize, sid, DONE)
         for sid in ids:
             await expect_data(
                 store,
