@@ -27,7 +27,9 @@ from redis_store import (
     BrokenRedisStepStore,
     RedisSessionStore,
     RedisStepStore,
+    RedisStore,
     broken_harness,
+    combined_harness,
     delete_prefix,
     harness,
     new_run,
@@ -168,6 +170,24 @@ async def test_fenced_view_refuses_writes_after_a_takeover(sessions: RedisSessio
     with pytest.raises(LeaseLostError):
         await sessions.renew_lease(old, 30)
     assert (await sessions.get("s")).data == '{"holder": "a"}'
+
+
+async def test_combined_store_deletes_and_fences_steps(prefix: str) -> None:
+    store = RedisStore(prefix)
+    await store.append_many([step("s", 0), step("t", 0)])
+    await store.update_data("s", "[1]")
+    lease = await store.acquire_lease("s", "a", 0.05)
+    assert lease is not None
+    await anyio.sleep(0.1)
+    assert await store.acquire_lease("s", "b", 30) is not None
+    with pytest.raises(LeaseLostError):  # the whole batch, the other session's step too
+        await store.fenced(lease).append_many([step("t", 1), step("s", 1)])
+    await store.fenced(lease).append(step("t", 2))  # another session: not fenced
+    assert await store.all("t") == [step("t", 0), step("t", 2)]
+    assert await store.delete_session("s") is True
+    assert await store.all("s") == []
+    assert await store.exists("s") is False
+    await store.aclose()
 
 
 async def test_a_call_cancelled_before_its_work_did_nothing(steps: RedisStepStore) -> None:
@@ -340,10 +360,14 @@ def test_cli_under_trio_names_the_backend_to_use() -> None:
 
 
 class TestRedisStoreContract(StepStoreContract, SessionStoreContract):
-    """Front door 1: one pytest test per clause, each run in its own asyncio loop."""
+    """Front door 1: one pytest test per clause, each run in its own asyncio loop.
+
+    On the combined ``RedisStore``, so nothing is skipped: the one-object
+    clause and fenced appends run too.
+    """
 
     backend = "asyncio"
 
     @pytest.fixture
     def harness(self) -> Harness:
-        return harness()
+        return combined_harness()

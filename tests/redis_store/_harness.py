@@ -12,6 +12,7 @@ import redis
 from agentlooptest import Harness
 
 from ._base import REDIS_URL, SOCKET_TIMEOUT
+from ._combined import RedisStore
 from ._sessions import RedisSessionStore
 from ._steps import RedisStepStore
 
@@ -42,14 +43,17 @@ def new_run() -> str:
 
 
 def make_harness(
-    step_store: Callable[[str], Any] = RedisStepStore, run: str | None = None
+    step_store: Callable[[str], Any] = RedisStepStore,
+    run: str | None = None,
+    session_store: Callable[[str], Any] = RedisSessionStore,
 ) -> Harness:
     """A ``Harness`` whose every store gets its own prefix under the run prefix ``run``
     (a fresh :func:`new_run` by default).
 
     ``reopen(store)`` opens a second handle on the store's prefix; ``cleanup``
     deletes every key of the run, so a failed or killed run leaves nothing.
-    ``step_store(prefix)`` builds the step stores (the broken twin swaps it).
+    ``step_store(prefix)`` and ``session_store(prefix)`` build the stores (the
+    broken twin swaps the first; the combined store is both).
     """
     run = new_run() if run is None else run
     count = iter(range(1 << 62))
@@ -60,8 +64,8 @@ def make_harness(
     async def new_step_store() -> Any:
         return step_store(prefix())
 
-    async def new_session_store() -> RedisSessionStore:
-        return RedisSessionStore(prefix())
+    async def new_session_store() -> Any:
+        return session_store(prefix())
 
     async def reopen(store: Any) -> Any:
         return type(store)(store.prefix, store.url)
@@ -78,5 +82,12 @@ def make_harness(
 
 
 def harness(run: str | None = None) -> Harness:
-    """The CLI target ``tests.redis_store:harness``: both Redis stores, a fresh run prefix."""
+    """The CLI target ``tests.redis_store:harness``: the two Redis stores, keys under ``run``
+    (a fresh prefix by default)."""
     return make_harness(run=run)
+
+
+def combined_harness(run: str | None = None) -> Harness:
+    """The CLI target ``tests.redis_store:combined_harness``: ``RedisStore`` (one object for
+    both protocols) from both factories, so the one-object clauses and fenced appends run."""
+    return make_harness(RedisStore, run, RedisStore)

@@ -67,15 +67,33 @@ return {'ok', tostring(rev)}
 DELETE = (
     _FENCE
     + """
--- KEYS: hash, rev, order, seq, lease. ARGV: 1 id, 2 unused, 3-4 fence.
+-- KEYS: hash, rev, order, seq, lease, and the steps list for a combined store.
+-- ARGV: 1 id, 2 unused, 3-4 fence.
+local had_steps = 0
+if #KEYS >= 6 then
+  had_steps = redis.call('DEL', KEYS[6])
+end
 if redis.call('DEL', KEYS[1]) == 0 then
-  return {'ok', '0'}
+  return {'ok', tostring(had_steps)}
 end
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('INCR', KEYS[2])
 return {'ok', '1'}
 """
 )
+
+FENCED_APPEND = """
+-- KEYS: 1 the leased session's lease, then one steps list per step. ARGV: 1 owner, 2 token,
+-- then one encoded step per list. Appends all of them only if the lease is still the latest.
+local g = redis.call('HMGET', KEYS[1], 'owner', 'token', 'released')
+if g[2] == false or g[1] ~= ARGV[1] or g[2] ~= ARGV[2] then
+  return {'fence', g[1] or '', g[2] or '', g[3] or ''}
+end
+for i = 2, #KEYS do
+  redis.call('RPUSH', KEYS[i], ARGV[i + 1])
+end
+return {'ok'}
+"""
 
 LIST = """
 -- KEYS: order. ARGV: 1 limit, 2 hash key prefix.
