@@ -45,7 +45,7 @@ class _CancelBeforeStep(trio.abc.Instrument):
 
 
 class _Counted:
-    """Awaits ``coro``, cancelling ``scope`` when it suspends for the ``(point + 1)``-th time."""
+    """Awaits ``coro``, cancelling ``scope`` when it suspends for the ``point``-th time."""
 
     def __init__(self, coro: Coroutine[Any, Any, Any], scope: anyio.CancelScope, point: int):
         self.coro = coro
@@ -62,7 +62,7 @@ class _Counted:
             except StopIteration as stop:
                 return stop.value
             suspended += 1
-            if suspended == self.point + 1:
+            if suspended == self.point:
                 self.scope.cancel()
             try:
                 value, error = (yield yielded), None
@@ -76,11 +76,12 @@ class _Counted:
 async def cancel_at(op: Callable[[], Awaitable[object]], point: int) -> bool:
     """Run ``op`` and cancel it at its ``point``-th checkpoint, under trio or asyncio.
 
-    ``point == 0`` cancels before ``op`` starts. Under trio, ``point == k``
-    cancels just before the task resumes from the ``k``-th time ``op``
-    yielded, so the cancellation lands on that checkpoint; under asyncio it
-    cancels when ``op`` suspends for the ``k + 1``-th time (after ``k``
-    completed suspensions), and the cancellation aborts that suspension.
+    ``point == 0`` cancels before ``op`` starts. ``point == k`` lands the
+    cancellation on the ``k``-th time ``op`` yields: under trio by cancelling
+    just before the task resumes from it, under asyncio by cancelling when
+    ``op`` suspends there, which aborts that suspension. (Under asyncio
+    nothing runs between the start and the first suspension that a
+    cancellation could stop, so points 0 and 1 end alike there.)
     Returns whether ``op`` returned normally (``False``: it raised the
     backend's cancellation, which is absorbed). A store that finishes
     blocking work in a thread before honouring the cancellation returns

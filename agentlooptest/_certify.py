@@ -64,21 +64,7 @@ async def certify(
     """
     start = time.perf_counter()
     chosen = [c for c in CLAUSES if matches(c, pattern)]
-    run = _Run()
-    for protocol in _PROTOCOLS:
-        if _factory(harness, protocol) is None or not any(c.protocol == protocol for c in chosen):
-            continue
-        if run.wrong is not None:
-            break
-        try:
-            caps = await probe(harness, protocol, clause_timeout=clause_timeout)
-            run.capabilities[protocol] = caps
-        except Violation as violation:
-            run.broken[protocol] = factory_failure(protocol, violation)
-            run.wrong = _wrong_factory(protocol, violation.__context__)
-        except Exception as exc:
-            run.broken[protocol] = factory_error(protocol, exc)
-            run.wrong = _wrong_factory(protocol, exc)
+    run = await _probe(harness, chosen, clause_timeout)
     results: list[ClauseResult] = []
     try:
         for i, clause in enumerate(chosen):
@@ -139,6 +125,26 @@ class _Run:
         self.told: dict[str, str] = {}  # protocol -> the clause whose result tells that
         self.wrong: tuple[Backend, str] | None = None  # the backend needed, and the message
         self.wrong_told = ""  # the clause whose result tells the wrong backend
+
+
+async def _probe(harness: Harness, chosen: list[Clause], clause_timeout: float) -> _Run:
+    """Open a store per protocol: its capabilities, or why the factory failed."""
+    run = _Run()
+    for protocol in _PROTOCOLS:
+        if _factory(harness, protocol) is None or not any(c.protocol == protocol for c in chosen):
+            continue
+        if run.wrong is not None:
+            break
+        try:
+            caps = await probe(harness, protocol, clause_timeout=clause_timeout)
+            run.capabilities[protocol] = caps
+        except Violation as violation:
+            run.broken[protocol] = factory_failure(protocol, violation)
+            run.wrong = _wrong_factory(protocol, violation.__context__)
+        except Exception as exc:
+            run.broken[protocol] = factory_error(protocol, exc)
+            run.wrong = _wrong_factory(protocol, exc)
+    return run
 
 
 def _wrong_factory(protocol: str, exc: BaseException | None) -> tuple[Backend, str] | None:
