@@ -8,6 +8,7 @@ from typing import Any
 from agentloop import (
     FinalizeSummary,
     Lease,
+    LeaseLostError,
     RevisionConflictError,
     Session,
     SessionInfo,
@@ -89,7 +90,8 @@ class RedisSessionStore(LeaseMethods):
         got = await self._call(lambda: script(keys=keys, args=args))
         if got[0] == "fence":
             assert fence is not None
-            check_fence(fence, grant(*got[1:]))
+            check_fence(fence, grant(*got[1:]))  # raises: the script refused this very grant
+            raise LeaseLostError(f"lease {fence.token} of {preview(session_id)} is lost")
         if got[0] == "conflict":
             raise RevisionConflictError(
                 f"session {preview(session_id)} is at revision {got[1]}, not {expected}; "
