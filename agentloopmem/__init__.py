@@ -7,6 +7,10 @@ development, and as a stub while an application's real schema is designed.
 gone when the process exits or the store is closed, and no other process can
 see it. Use ``agentloopsql`` for state that must survive.
 
+Every store call runs under trio or asyncio alike (the caller's loop, found
+per call): it is a checkpoint, a cancelled call changed nothing, and a call
+that returned is never reported as cancelled (``agentloop._backend``).
+
 Leases (``SessionStore.acquire_lease`` and ``fenced``) make one owner the only
 writer of a session among the tasks and threads of this process; a
 ``SessionStore(steps=step_store)`` fences that step store's appends too.

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import threading
 
-import trio
-
 from agentloop import StoreClosedError
+from agentloop._backend import call_ends, call_starts
 
 
 class MemoryStoreBase:
     """A lock held only around dict/list work, and the closed state.
 
-    Every public coroutine of a subclass follows trio's checkpoint convention:
-    ``checkpoint_if_cancelled()`` before touching state (a cancelled call does
-    nothing), the work under ``_lock``, then ``cancel_shielded_checkpoint()``
-    (a completed call yields once and is never reported as cancelled).
+    Every public coroutine of a subclass follows the store-call checkpoint
+    convention of ``agentloop._backend``: ``call_starts()`` before touching
+    state (a cancelled call does nothing), the work under ``_lock`` (never
+    awaiting), then ``call_ends()``. Each call is a checkpoint and a completed
+    call is never reported as cancelled, under trio and asyncio alike: trio
+    schedules once after the work, shielded; asyncio schedules once before it
+    (``sleep(0)``, where every asyncio cancellation source lands) and never
+    suspends after it.
     """
 
     def __init__(self) -> None:
@@ -36,9 +39,9 @@ class MemoryStoreBase:
 
         Idempotent. A cancelled call leaves the store open.
         """
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await call_starts()
         with self._lock:
             if not self._closed:
                 self._closed = True
                 self._clear()
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        await call_ends()

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import trio
-
 from agentloop import RunStep
+from agentloop._backend import call_ends, call_starts
 from agentloop._validate import check_revision, check_steps, preview
 
 if TYPE_CHECKING:
@@ -157,14 +156,14 @@ class FencedStore(FencedSessionStore):
             await self._steps.append(step)
             return
         sessions, steps = self._sessions, self._steps
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await call_starts()
         with sessions._lock:
             sessions._check_open()
             sessions._leases.check_fence(self._lease)
             with steps._lock:
                 steps._check_open()
                 steps._steps.setdefault(step.session_id, []).append(step)
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        await call_ends()
 
     async def append_many(self, steps: Sequence[RunStep]) -> None:
         """As ``StepStore.append_many``, fenced when any step belongs to the leased session.
@@ -187,14 +186,14 @@ class FencedStore(FencedSessionStore):
             await self._steps.append_many(batch)
             return
         sessions, steps_store = self._sessions, self._steps
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await call_starts()
         with sessions._lock:
             sessions._check_open()
             sessions._leases.check_fence(self._lease)
             with steps_store._lock:
                 steps_store._check_open()
                 steps_store._extend(batch)
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        await call_ends()
 
     async def last_n(self, session_id: str, n: int) -> list[RunStep]:
         """As ``StepStore.last_n``; not fenced."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import attrs
-import trio
 
 from agentloop import Lease, validate_session_id
+from agentloop._backend import call_ends, call_starts
 from agentloop._validate import (
     check_fence,
     check_granted,
@@ -121,7 +121,7 @@ class LeaseMethods(MemoryStoreBase):
         validate_session_id(session_id)
         validate_owner(owner)
         seconds = check_seconds(ttl, "ttl")
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await call_starts()
         # Read before the lock (the clock is user code); a stale `now` only makes
         # a lease look live a moment longer, never frees it early.
         now = self._now()
@@ -129,7 +129,7 @@ class LeaseMethods(MemoryStoreBase):
         with self._lock:
             self._check_open()
             token = self._leases.acquire(session_id, owner, expires_at, now)
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        await call_ends()
         if token < 0:
             return None
         return Lease(session_id, owner, token, expires_at)
@@ -150,12 +150,12 @@ class LeaseMethods(MemoryStoreBase):
         """
         _check_lease(lease)
         seconds = check_seconds(ttl, "ttl")
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await call_starts()
         expires_at = _expiry(self._now(), seconds)
         with self._lock:
             self._check_open()
             self._leases.renew(lease, expires_at)
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        await call_ends()
         return attrs.evolve(lease, expires_at=expires_at)
 
     async def release_lease(self, lease: Lease) -> None:
@@ -171,11 +171,11 @@ class LeaseMethods(MemoryStoreBase):
         **Cancellation**: a cancelled call leaves the lease held.
         """
         _check_lease(lease)
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await call_starts()
         with self._lock:
             self._check_open()
             self._leases.release(lease)
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        await call_ends()
 
 
 def _check_lease(lease: object) -> None:

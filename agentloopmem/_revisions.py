@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import trio
-
 from agentloop import Lease, RevisionConflictError, validate_session_id
+from agentloop._backend import call_ends, call_starts
 from agentloop._validate import check_revision, preview
 from agentloopmem._lease import LeaseMethods
 
@@ -75,11 +74,11 @@ class RevisionMethods(LeaseMethods):
             StoreClosedError: the store was closed.
         """
         validate_session_id(session_id)
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await call_starts()
         with self._lock:
             self._check_open()
             revision = self._revisions.current(session_id)
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        await call_ends()
         return revision
 
     async def update_data_if(self, session_id: str, snapshot: str | None, revision: int) -> int:

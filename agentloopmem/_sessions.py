@@ -8,7 +8,6 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 import attrs
-import trio
 
 from agentloop import (
     FinalizeSummary,
@@ -19,6 +18,7 @@ from agentloop import (
     validate_n,
     validate_session_id,
 )
+from agentloop._backend import call_ends, call_starts
 from agentloop._validate import check_session_ids, preview, trusted_builder
 from agentloopmem._fenced import FencedSessionStore, FencedStore
 from agentloopmem._revisions import RevisionMethods
@@ -48,7 +48,7 @@ def _system_clock() -> datetime:
 
 
 class SessionStore(RevisionMethods):
-    """Sessions kept in a dict; safe from trio tasks and OS threads.
+    """Sessions kept in a dict; safe from trio and asyncio tasks and OS threads.
 
     Implements ``SessionStore`` and every optional capability: ``put``,
     ``final``, ``list_sessions``, ``delete_session``, ``aclose``, leases
@@ -61,8 +61,8 @@ class SessionStore(RevisionMethods):
     ``steps`` (kept as :attr:`steps`): an in-memory ``StepStore`` whose appends
     ``fenced(lease)`` views also fence; without it they are not (:meth:`fenced`).
 
-    **Cancellation**: a cancelled call raises before touching the store; a call
-    that returns normally has fully happened and has yielded once.
+    **Cancellation**, under trio and asyncio alike: a cancelled call raises before
+    touching the store; a call that returns has fully happened and was a checkpoint.
     """
 
     def __init__(
@@ -131,11 +131,11 @@ class SessionStore(RevisionMethods):
             StoreClosedError: the store was closed.
         """
         validate_session_id(session_id)
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await call_starts()
         with self._lock:
             self._check_open()
             record = self._records.get(session_id)
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        await call_ends()
         return record.session if record is not None else Session(id=session_id)
 
     async def get_many(self, session_ids: Sequence[str]) -> list[Session]:
@@ -148,13 +148,13 @@ class SessionStore(RevisionMethods):
             StoreClosedError: the store was closed.
         """
         ids = check_session_ids(session_ids)
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await call_starts()
         with self._lock:
             self._check_open()
             records = self._records
             found = [records.get(session_id) for session_id in ids]
             sessions = [record.session if record is not None else None for record in found]
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        await call_ends()
         return [
             session if session is not None else _trusted_session(session_id)
             for session, session_id in zip(sessions, ids, strict=True)
@@ -167,11 +167,11 @@ class SessionStore(RevisionMethods):
             StoreClosedError: the store was closed.
         """
         validate_session_id(session_id)
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await call_starts()
         with self._lock:
             self._check_open()
             found = session_id in self._records
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        await call_ends()
         return found
 
     async def update_data(self, session_id: str, snapshot: str | None) -> None:
@@ -199,7 +199,7 @@ class SessionStore(RevisionMethods):
                 raise TypeError(f"snapshot must be JSON text or None, got {preview(snapshot)}")
             # Parsed before the lock, so a big snapshot never stalls other threads.
             validate_json(snapshot, "data")
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await call_starts()
         now = self._now()
         with self._lock:
             self._check_open()
@@ -209,7 +209,7 @@ class SessionStore(RevisionMethods):
                 session.id, session.model, session.system_prompt, snapshot
             )
             revision = self._revisions.current(session_id)
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        await call_ends()
         return revision
 
     async def finalize(self, session_id: str, summary: FinalizeSummary) -> None:
@@ -227,14 +227,14 @@ class SessionStore(RevisionMethods):
         validate_session_id(session_id)
         if not isinstance(summary, FinalizeSummary):
             raise TypeError(f"summary must be a FinalizeSummary, got {preview(summary)}")
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await call_starts()
         now = self._now()
         with self._lock:
             self._check_open()
             record = self._write(session_id, now, fence)
             record.final = summary
             record.step_total += summary.step_count
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        await call_ends()
 
     async def put(self, session: Session) -> None:
         """Store ``session`` whole (model, system prompt, data); its summaries are kept.
@@ -248,12 +248,12 @@ class SessionStore(RevisionMethods):
     async def _put(self, session: Session, fence: Lease | None) -> None:
         if not isinstance(session, Session):
             raise TypeError(f"session must be a Session, got {preview(session)}")
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await call_starts()
         now = self._now()
         with self._lock:
             self._check_open()
             self._write(session.id, now, fence).session = session
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        await call_ends()
 
     async def final(self, session_id: str) -> FinalizeSummary | None:
         """The latest ``finalize`` summary, or ``None`` if the session never finalized.
@@ -262,11 +262,11 @@ class SessionStore(RevisionMethods):
             StoreClosedError: the store was closed.
         """
         validate_session_id(session_id)
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await call_starts()
         with self._lock:
             self._check_open()
             record = self._records.get(session_id)
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        await call_ends()
         return record.final if record is not None else None
 
     async def list_sessions(self, *, limit: int = 100) -> list[SessionInfo]:
@@ -277,14 +277,14 @@ class SessionStore(RevisionMethods):
             StoreClosedError: the store was closed.
         """
         validate_n(limit, "limit")
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await call_starts()
         with self._lock:
             self._check_open()
             newest = heapq.nlargest(limit, self._records.values(), key=_by_write_seq)
             rows = [
                 (r.session.id, r.final, r.step_total, r.created_at, r.updated_at) for r in newest
             ]
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        await call_ends()
         return [
             SessionInfo(
                 id=sid,
@@ -309,7 +309,7 @@ class SessionStore(RevisionMethods):
 
     async def _delete_session(self, session_id: str, fence: Lease | None) -> bool:
         validate_session_id(session_id)
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await call_starts()
         with self._lock:
             self._check_open()
             if fence is not None and fence.session_id == session_id:
@@ -317,7 +317,7 @@ class SessionStore(RevisionMethods):
             existed = self._records.pop(session_id, None) is not None
             if existed:  # a stale update_data_if must not bring it back
                 self._revisions.bump(session_id)
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        await call_ends()
         return existed
 
     def fenced(self, lease: Lease) -> FencedSessionStore:

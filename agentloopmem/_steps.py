@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import trio
-
 from agentloop import RunStep, validate_n, validate_session_id
+from agentloop._backend import call_ends, call_starts
 from agentloop._validate import check_steps, preview
 
 if TYPE_CHECKING:
@@ -15,15 +14,15 @@ from agentloopmem._base import MemoryStoreBase
 
 
 class StepStore(MemoryStoreBase):
-    """Steps kept in a dict of per-session lists; safe from trio tasks and OS threads.
+    """Steps kept in a dict of per-session lists; safe from trio and asyncio tasks and OS threads.
 
     Implements ``StepStore`` and the ``append_many``, ``all``,
     ``delete_session`` and ``aclose`` capabilities. Steps are immutable values;
     every returned list is a fresh copy, so mutating it cannot reach the store.
     ``last_n`` costs O(n), however long the history.
 
-    **Cancellation**: a cancelled call raises before touching the store; a call
-    that returns normally has fully happened and has yielded once.
+    **Cancellation**, under trio and asyncio alike: a cancelled call raises before
+    touching the store; a call that returns has fully happened and was a checkpoint.
     """
 
     def __init__(self) -> None:
@@ -42,7 +41,7 @@ class StepStore(MemoryStoreBase):
         """
         if not isinstance(step, RunStep):
             raise TypeError(f"step must be a RunStep, got {preview(step)}")
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await call_starts()
         with self._lock:
             self._check_open()
             steps = self._steps.get(step.session_id)
@@ -50,7 +49,7 @@ class StepStore(MemoryStoreBase):
                 self._steps[step.session_id] = [step]
             else:
                 steps.append(step)
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        await call_ends()
 
     async def append_many(self, steps: Sequence[RunStep]) -> None:
         """Append every step of ``steps``, in order, under one hold of the lock: all or nothing.
@@ -66,11 +65,11 @@ class StepStore(MemoryStoreBase):
         **Cancellation**: a cancelled call appends nothing.
         """
         batch = check_steps(steps)
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await call_starts()
         with self._lock:
             self._check_open()
             self._extend(batch)
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        await call_ends()
 
     def _extend(self, batch: list[RunStep]) -> None:
         """Append the checked ``batch``; call with ``_lock`` held (cannot fail part way)."""
@@ -92,12 +91,12 @@ class StepStore(MemoryStoreBase):
         """
         validate_n(n)
         validate_session_id(session_id)
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await call_starts()
         with self._lock:
             self._check_open()
             steps = self._steps.get(session_id)
             window = steps[-n:] if steps is not None else []
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        await call_ends()
         return window
 
     async def all(self, session_id: str) -> list[RunStep]:
@@ -107,11 +106,11 @@ class StepStore(MemoryStoreBase):
             StoreClosedError: the store was closed.
         """
         validate_session_id(session_id)
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await call_starts()
         with self._lock:
             self._check_open()
             steps = list(self._steps.get(session_id, ()))
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        await call_ends()
         return steps
 
     async def delete_session(self, session_id: str) -> bool:
@@ -121,9 +120,9 @@ class StepStore(MemoryStoreBase):
             StoreClosedError: the store was closed.
         """
         validate_session_id(session_id)
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await call_starts()
         with self._lock:
             self._check_open()
             existed = self._steps.pop(session_id, None) is not None
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        await call_ends()
         return existed

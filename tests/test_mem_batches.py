@@ -30,6 +30,7 @@ def step(i: int, sid: str = "s") -> RunStep:
 
 
 class TestAppendMany:
+    @pytest.mark.anyio
     async def test_in_order_across_sessions(self) -> None:
         """Each session's trace gets its steps of the batch in the given order."""
         store = StepStore()
@@ -45,6 +46,7 @@ class TestAppendMany:
             await store.append_many([])
         assert await store.all("s") == []
 
+    @pytest.mark.anyio
     @pytest.mark.parametrize("position", [0, 1, 3])
     async def test_bad_step_anywhere_appends_nothing(self, position: int) -> None:
         """A wrong-typed item at any position refuses the batch whole, naming it."""
@@ -56,6 +58,7 @@ class TestAppendMany:
             await store.append_many(batch)  # type: ignore[arg-type]
         assert await store.all("s") == [step(0)]
 
+    @pytest.mark.anyio
     async def test_caller_list_not_aliased(self) -> None:
         """Mutating the list passed in, or one returned, never reaches the store."""
         store = StepStore()
@@ -81,6 +84,7 @@ class TestAppendMany:
             assert await store.all("b") == ([step(2, "b")] if done else [])
         assert outcomes == {True, False}
 
+    @pytest.mark.anyio
     async def test_closed_store_refuses(self) -> None:
         """A closed store raises StoreClosedError."""
         store = StepStore()
@@ -112,6 +116,7 @@ class TestAppendMany:
 
 
 class TestGetMany:
+    @pytest.mark.anyio
     async def test_aligned_with_ids_duplicates_and_unknown(self) -> None:
         """Same order and length as asked; unknown ids give Session(id) and create nothing."""
         store = SessionStore()
@@ -128,6 +133,7 @@ class TestGetMany:
         assert not await store.exists("zz")
         assert await store.get_many([]) == []
 
+    @pytest.mark.anyio
     async def test_result_not_aliased(self) -> None:
         """The returned list is fresh: mutating it changes nothing stored."""
         store = SessionStore()
@@ -136,6 +142,7 @@ class TestGetMany:
         got[0] = Session("a", model="other")
         assert await store.get("a") == Session("a", model="ma")
 
+    @pytest.mark.anyio
     async def test_bad_id_names_position(self) -> None:
         """A bad id anywhere refuses the call, naming its position."""
         store = SessionStore()
@@ -152,6 +159,7 @@ class TestGetMany:
             await store.get_many(["a"])
             pytest.fail("not cancelled")  # pragma: no cover
 
+    @pytest.mark.anyio
     async def test_closed_store_refuses(self) -> None:
         """A closed store raises StoreClosedError."""
         store = SessionStore()
@@ -172,6 +180,7 @@ class TestFencedBatches:
         assert await store.acquire_lease("s", "b", 10) is not None
         return store, steps, view  # type: ignore[return-value]
 
+    @pytest.mark.anyio
     async def test_view_has_the_capabilities(self) -> None:
         """A fenced view covering steps has append_many and get_many."""
         store = SessionStore(steps=StepStore())
@@ -181,6 +190,7 @@ class TestFencedBatches:
         assert isinstance(view, SupportsAppendMany)
         assert isinstance(view, SupportsGetMany)
 
+    @pytest.mark.anyio
     async def test_holder_batch_lands(self) -> None:
         """The holder's batch lands whole through the view."""
         store = SessionStore(steps=StepStore())
@@ -191,6 +201,7 @@ class TestFencedBatches:
         assert await store._steps.all("s") == [step(0), step(2)]
         assert await store._steps.all("t") == [step(1, "t")]
 
+    @pytest.mark.anyio
     async def test_lost_lease_refuses_the_whole_batch(self) -> None:
         """After a takeover, a batch touching the session appends nothing, other sessions too."""
         _, steps, view = await self._taken_over()
@@ -199,12 +210,14 @@ class TestFencedBatches:
         assert await steps.all("s") == []
         assert await steps.all("other") == []
 
+    @pytest.mark.anyio
     async def test_lost_lease_other_sessions_only_not_checked(self) -> None:
         """A batch not touching the leased session is not fenced."""
         _, steps, view = await self._taken_over()
         await view.append_many([step(0, "other")])
         assert await steps.all("other") == [step(0, "other")]
 
+    @pytest.mark.anyio
     async def test_bad_step_checked_before_the_lease(self) -> None:
         """A bad item is a TypeError naming its position, with nothing appended."""
         _, steps, view = await self._taken_over()

@@ -1,15 +1,18 @@
-"""The in-memory stores lose nothing under concurrent trio tasks and OS threads."""
+"""The in-memory stores lose nothing under concurrent tasks (trio or asyncio) and OS threads."""
 
 from __future__ import annotations
 
 import threading
 
+import anyio
+import pytest
 import trio
 
 from agentloop import RunStep, StepType
 from agentloopmem import SessionStore, StepStore
 
 
+@pytest.mark.anyio
 async def test_ten_thousand_concurrent_appends_over_100_sessions() -> None:
     """10,000 appends from concurrent tasks over 100 sessions: none lost, each task's order kept."""
     store = StepStore()
@@ -19,9 +22,9 @@ async def test_ten_thousand_concurrent_appends_over_100_sessions() -> None:
         for i in range(per_task):
             await store.append(RunStep(f"s{task % 100}", i, StepType.user, content=f"{task}:{i}"))
 
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as group:
         for task in range(tasks):
-            nursery.start_soon(writer, task)
+            group.start_soon(writer, task)
 
     total = 0
     for sid in range(100):
@@ -73,11 +76,12 @@ def test_appends_from_four_threads_each_with_its_own_trio_run() -> None:
     trio.run(check)
 
 
+@pytest.mark.anyio
 async def test_concurrent_update_data_ends_with_one_written_value() -> None:
     """Racing update_data calls on one session leave exactly one of the written values."""
     store = SessionStore()
     written = [f'{{"writer": {i}}}' for i in range(100)]
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as group:
         for text in written:
-            nursery.start_soon(store.update_data, "s", text)
+            group.start_soon(store.update_data, "s", text)
     assert (await store.get("s")).data in written

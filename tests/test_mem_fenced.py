@@ -117,6 +117,7 @@ class TestShape:
             assert isinstance(view, protocol), protocol
         assert not isinstance(view, StepStore)
 
+    @pytest.mark.anyio
     async def test_view_with_steps_is_both(self) -> None:
         """With a step store the view is also a StepStore with all."""
         store, _, _ = new_stores()
@@ -132,6 +133,7 @@ class TestShape:
         with pytest.raises(TypeError, match=r"^steps must be an agentloopmem.StepStore, got 1$"):
             MemSessions(steps=1)  # type: ignore[arg-type]
 
+    @pytest.mark.anyio
     async def test_reads_pass_through(self) -> None:
         """Reads through the view see what the stores hold, even for a lost lease."""
         store, steps, clock = new_stores()
@@ -148,6 +150,7 @@ class TestShape:
         assert await view.last_n("s", 5) == [step(0)]
         assert await view.all("s") == [step(0)]
 
+    @pytest.mark.anyio
     async def test_aclose_closes_the_store(self) -> None:
         """A view owns nothing: its aclose closes the store it wraps."""
         store, _, _ = new_stores()
@@ -161,6 +164,7 @@ class TestShape:
 
 
 class TestFencedWrites:
+    @pytest.mark.anyio
     async def test_holder_writes_land(self) -> None:
         """The holder's writes through its view land like plain writes."""
         store, steps, _ = new_stores()
@@ -175,6 +179,7 @@ class TestFencedWrites:
         assert await steps.all("s") == [step(0)]
         assert await view.delete_session("s") is True
 
+    @pytest.mark.anyio
     @pytest.mark.parametrize("write", sorted(WRITES))
     async def test_after_takeover_refused_changing_nothing(self, write: str) -> None:
         """After a takeover each write of the old view raises LeaseLostError, changing nothing."""
@@ -189,6 +194,7 @@ class TestFencedWrites:
         assert await snapshot(store, steps) == before
         await WRITES[write](store.fenced(new))  # the new holder's view writes
 
+    @pytest.mark.anyio
     @pytest.mark.parametrize("write", sorted(WRITES))
     async def test_after_expiry_alone_allowed(self, write: str) -> None:
         """An expired lease nobody took over still writes: there is no other writer."""
@@ -198,6 +204,7 @@ class TestFencedWrites:
         clock.advance(3600)
         await WRITES[write](view)
 
+    @pytest.mark.anyio
     async def test_after_release_then_reacquire_refused(self) -> None:
         """Released and acquired again (even by the same owner): the old view is refused."""
         store, _, _ = new_stores()
@@ -209,6 +216,7 @@ class TestFencedWrites:
             await store.fenced(first).update_data("s", "2")
         assert (await store.get("s")).data == "1"
 
+    @pytest.mark.anyio
     async def test_other_sessions_not_checked(self) -> None:
         """A lost lease's view still writes to sessions other than the leased one."""
         store, steps, clock = new_stores()
@@ -222,6 +230,7 @@ class TestFencedWrites:
         assert (await store.get("other")).data == "1"
         assert await steps.all("other") == [step(0, "other")]
 
+    @pytest.mark.anyio
     async def test_plain_writes_not_checked(self) -> None:
         """Writes made on the store itself are never fenced."""
         store, steps, clock = new_stores()
@@ -230,6 +239,7 @@ class TestFencedWrites:
         await steps.append(step(0))
         assert (await store.get("s")).data == "1"
 
+    @pytest.mark.anyio
     async def test_uncovered_appends_are_not_fenced(self) -> None:
         """Without steps= the view has no append: the old holder's plain appends still land."""
         clock = FakeClock()

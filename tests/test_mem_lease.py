@@ -11,6 +11,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import anyio
 import attrs
 import pytest
 import trio
@@ -113,6 +114,7 @@ class TestLeaseValue:
 
 
 class TestAcquire:
+    @pytest.mark.anyio
     async def test_free_lease_is_granted_until_now_plus_ttl(self) -> None:
         """A free lease is granted with an aware UTC expiry ttl seconds from the store's now."""
         store, _ = new_store()
@@ -122,6 +124,7 @@ class TestAcquire:
         assert lease.expires_at == T0 + timedelta(seconds=2.5)
         assert lease.expires_at.tzinfo is UTC
 
+    @pytest.mark.anyio
     async def test_other_owner_refused_while_live(self) -> None:
         """A live lease held by another owner gives None, up to the last instant."""
         store, clock = new_store()
@@ -130,6 +133,7 @@ class TestAcquire:
         clock.advance(9.999)
         assert await store.acquire_lease("s", "b", 10) is None
 
+    @pytest.mark.anyio
     async def test_same_owner_keeps_token_with_later_expiry(self) -> None:
         """Re-acquiring a live lease by its holder keeps the token and moves the expiry."""
         store, clock = new_store()
@@ -143,6 +147,7 @@ class TestAcquire:
         clock.advance(9)  # past the first expiry, within the second
         assert await store.acquire_lease("s", "b", 10) is None
 
+    @pytest.mark.anyio
     async def test_expired_lease_taken_with_larger_token(self) -> None:
         """Once expired, another owner gets the lease with a larger token."""
         store, clock = new_store()
@@ -154,12 +159,14 @@ class TestAcquire:
         assert new.token > old.token
         assert new.owner == "b"
 
+    @pytest.mark.anyio
     async def test_sessions_are_independent(self) -> None:
         """Holding one session's lease does not block another's."""
         store, _ = new_store()
         assert await store.acquire_lease("s1", "a", 10) is not None
         assert await store.acquire_lease("s2", "b", 10) is not None
 
+    @pytest.mark.anyio
     async def test_tokens_increase_across_release_expiry_and_delete(self) -> None:
         """Every grant gets a larger token, whatever happened in between; delete resets nothing."""
         store, clock = new_store()
@@ -184,6 +191,7 @@ class TestAcquire:
 
 
 class TestRenew:
+    @pytest.mark.anyio
     async def test_same_token_later_expiry(self) -> None:
         """Renew keeps the token and expires ttl seconds after the store's now."""
         store, clock = new_store()
@@ -195,6 +203,7 @@ class TestRenew:
         clock.advance(9)
         assert await store.acquire_lease("s", "b", 10) is None
 
+    @pytest.mark.anyio
     async def test_expired_but_not_taken_renews(self) -> None:
         """A lease that expired while nobody acquired it was never lost: renew succeeds."""
         store, clock = new_store()
@@ -205,6 +214,7 @@ class TestRenew:
         assert renewed.token == lease.token
         assert await store.acquire_lease("s", "b", 10) is None
 
+    @pytest.mark.anyio
     async def test_after_takeover_raises_and_changes_nothing(self) -> None:
         """Renewing after another owner took over raises LeaseLostError; the new holder keeps it."""
         store, clock = new_store()
@@ -218,6 +228,7 @@ class TestRenew:
         clock.advance(10)  # the new lease ends when it did: the failed renew moved nothing
         assert await store.acquire_lease("s", "c", 10) is not None
 
+    @pytest.mark.anyio
     async def test_after_release_raises(self) -> None:
         """A released lease cannot be renewed back into being."""
         store, _ = new_store()
@@ -230,6 +241,7 @@ class TestRenew:
 
 
 class TestRelease:
+    @pytest.mark.anyio
     async def test_next_acquire_succeeds_at_once(self) -> None:
         """After release another owner gets the lease without waiting for expiry."""
         store, _ = new_store()
@@ -238,6 +250,7 @@ class TestRelease:
         await store.release_lease(lease)
         assert await store.acquire_lease("s", "b", 10) is not None
 
+    @pytest.mark.anyio
     async def test_idempotent(self) -> None:
         """Releasing twice is a no-op the second time: the next holder keeps its lease."""
         store, _ = new_store()
@@ -249,6 +262,7 @@ class TestRelease:
         await store.release_lease(lease)
         assert await store.acquire_lease("s", "c", 10) is None
 
+    @pytest.mark.anyio
     async def test_lost_lease_release_is_noop(self) -> None:
         """Releasing a lease taken over since frees nothing of the new holder's."""
         store, clock = new_store()
@@ -259,6 +273,7 @@ class TestRelease:
         await store.release_lease(old)
         assert await store.acquire_lease("s", "c", 10) is None
 
+    @pytest.mark.anyio
     async def test_same_owner_after_release_gets_new_token(self) -> None:
         """A holder re-acquiring after its release gets a new, larger token."""
         store, _ = new_store()
@@ -271,6 +286,7 @@ class TestRelease:
 
 
 class TestNotSessionWrites:
+    @pytest.mark.anyio
     async def test_create_nothing(self) -> None:
         """Acquire, renew and release on an unknown session leave it unknown."""
         store, _ = new_store()
@@ -282,6 +298,7 @@ class TestNotSessionWrites:
         assert await store.get("s") == Session("s")
         assert await store.list_sessions() == []
 
+    @pytest.mark.anyio
     async def test_order_and_updated_at_unchanged(self) -> None:
         """Lease calls on the oldest session neither move it up nor change updated_at."""
         store, clock = new_store()
@@ -300,6 +317,7 @@ class TestNotSessionWrites:
 
 
 class TestBadArguments:
+    @pytest.mark.anyio
     @pytest.mark.parametrize(
         ("ttl", "error", "pattern"),
         [
@@ -324,6 +342,7 @@ class TestBadArguments:
         with pytest.raises(error, match=pattern):
             await store.renew_lease(lease, ttl)  # type: ignore[arg-type]
 
+    @pytest.mark.anyio
     @pytest.mark.parametrize(
         ("sid", "owner", "error", "pattern"),
         [
@@ -340,6 +359,7 @@ class TestBadArguments:
         with pytest.raises(error, match=pattern):
             await store.acquire_lease(sid, owner, 10)  # type: ignore[arg-type]
 
+    @pytest.mark.anyio
     async def test_not_a_lease(self) -> None:
         """Renew, release and fenced want a Lease."""
         store, _ = new_store()
@@ -350,6 +370,7 @@ class TestBadArguments:
         with pytest.raises(TypeError, match=r"^lease must be a Lease, got 's'$"):
             store.fenced("s")  # type: ignore[arg-type]
 
+    @pytest.mark.anyio
     async def test_lease_of_another_store(self) -> None:
         """A lease this store never granted is refused by renew, release and fenced."""
         store, _ = new_store()
@@ -369,6 +390,7 @@ class TestBadArguments:
             store.fenced(Lease("unknown", "a", 0, T0))
         assert await store.acquire_lease("s", "c", 10) is None  # "b" still holds it
 
+    @pytest.mark.anyio
     async def test_closed_store(self) -> None:
         """Every lease call on a closed store raises StoreClosedError."""
         store, _ = new_store()
@@ -386,7 +408,8 @@ class TestBadArguments:
 
 
 class TestMutualExclusion:
-    async def test_many_trio_tasks(self) -> None:
+    @pytest.mark.anyio
+    async def test_many_tasks(self) -> None:
         """Of 40 tasks contending for one session, at most one holds the lease at a time."""
         store, _ = new_store()
         inside: list[str] = []
@@ -395,18 +418,18 @@ class TestMutualExclusion:
         async def worker(name: str) -> None:
             for _ in range(5):
                 while (lease := await store.acquire_lease("s", name, 60)) is None:
-                    await trio.lowlevel.checkpoint()
+                    await anyio.lowlevel.checkpoint()
                 inside.append(name)
                 assert inside == [name]
                 tokens.append(lease.token)
                 for _ in range(3):
-                    await trio.lowlevel.checkpoint()
+                    await anyio.lowlevel.checkpoint()
                 inside.remove(name)
                 await store.release_lease(lease)
 
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as group:
             for i in range(40):
-                nursery.start_soon(worker, f"task-{i}")
+                group.start_soon(worker, f"task-{i}")
         assert tokens == list(range(1, 201))
 
     def test_several_os_threads(self) -> None:
@@ -536,6 +559,7 @@ class TestCancellation:
         assert await store.acquire_lease("s", "c", 10) is not None
 
 
+@pytest.mark.anyio
 async def test_fenced_finalize_refused_names_the_tokens() -> None:
     """The refusal says which lease was lost and which token holds it now."""
     store, clock = new_store()

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 
+import anyio
 import pytest
 import trio
 import trio.testing
@@ -37,12 +38,14 @@ WRITES: dict[str, Callable[[SessionStore], Awaitable[object]]] = {
 
 
 class TestRevision:
+    @pytest.mark.anyio
     async def test_zero_for_never_written(self) -> None:
         """An unknown session is at revision 0, and asking creates nothing."""
         store = SessionStore()
         assert await store.revision("s") == 0
         assert not await store.exists("s")
 
+    @pytest.mark.anyio
     @pytest.mark.parametrize("write", sorted(WRITES))
     async def test_every_write_makes_it_larger(self, write: str) -> None:
         """put, update_data and finalize each bump the revision, first write and later ones."""
@@ -53,6 +56,7 @@ class TestRevision:
         await WRITES[write](store)
         assert before < first < await store.revision("s")
 
+    @pytest.mark.anyio
     async def test_update_data_if_makes_it_larger(self) -> None:
         """update_data_if returns the new revision, larger than the one it checked."""
         store = SessionStore()
@@ -61,6 +65,7 @@ class TestRevision:
         assert await store.revision("s") == new
         assert (await store.get("s")).data == '{"a": 1}'
 
+    @pytest.mark.anyio
     async def test_delete_never_makes_it_smaller(self) -> None:
         """After delete_session the revision is larger than any before; a stale check fails."""
         store = SessionStore()
@@ -74,6 +79,7 @@ class TestRevision:
         assert not await store.exists("s")
         assert await store.update_data_if("s", "[2]", after) > after
 
+    @pytest.mark.anyio
     async def test_lease_calls_do_not_bump_it(self) -> None:
         """Acquire, renew and release leave the revision alone."""
         store = SessionStore()
@@ -85,6 +91,7 @@ class TestRevision:
         await store.release_lease(lease)
         assert await store.revision("s") == seen
 
+    @pytest.mark.anyio
     async def test_sessions_are_independent(self) -> None:
         """Writing one session leaves another's revision alone."""
         store = SessionStore()
@@ -93,6 +100,7 @@ class TestRevision:
         await store.update_data("s", "[]")
         assert await store.revision("t") == seen
 
+    @pytest.mark.anyio
     async def test_closed_store_refuses(self) -> None:
         """A closed store raises StoreClosedError from both calls."""
         store = SessionStore()
@@ -109,6 +117,7 @@ class TestRevision:
 
 
 class TestUpdateDataIf:
+    @pytest.mark.anyio
     async def test_stale_revision_refused_changing_nothing(self) -> None:
         """A stale revision raises RevisionConflictError naming both; data and revision stay."""
         store = SessionStore()
@@ -123,6 +132,7 @@ class TestUpdateDataIf:
         assert (await store.get("s")).data == '{"v": 2}'
         assert await store.revision("s") == current
 
+    @pytest.mark.anyio
     async def test_nonzero_for_unknown_refused_creating_nothing(self) -> None:
         """A revision other than 0 for a never-written session is refused and creates nothing."""
         store = SessionStore()
@@ -131,6 +141,7 @@ class TestUpdateDataIf:
         assert not await store.exists("s")
         assert await store.revision("s") == 0
 
+    @pytest.mark.anyio
     async def test_bad_input_writes_nothing(self) -> None:
         """A bad snapshot or revision raises before writing, naming the field."""
         store = SessionStore()
@@ -155,6 +166,7 @@ class TestUpdateDataIf:
             assert (await store.revision("s") > base) is done
         assert outcomes == {True, False}
 
+    @pytest.mark.anyio
     async def test_racing_tasks_exactly_one_wins(self) -> None:
         """Of many tasks naming the same revision, exactly one writes; the rest conflict."""
         store = SessionStore()
@@ -169,9 +181,9 @@ class TestUpdateDataIf:
             except RevisionConflictError:
                 conflicts.append(i)
 
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as group:
             for i in range(20):
-                nursery.start_soon(contender, i)
+                group.start_soon(contender, i)
         assert len(wins) == 1
         assert len(conflicts) == 19
         assert (await store.get("s")).data == f"[{wins[0]}]"
@@ -209,6 +221,7 @@ class TestUpdateDataIf:
 
 
 class TestFencedRevisions:
+    @pytest.mark.anyio
     async def test_fenced_update_data_if(self) -> None:
         """Through the holder's view it writes; after a takeover LeaseLostError wins first."""
         now = [T0]
@@ -226,6 +239,7 @@ class TestFencedRevisions:
         assert (await store.get("s")).data == "[1]"
         assert await store.revision("s") == rev
 
+    @pytest.mark.anyio
     async def test_fenced_conflict_changes_nothing(self) -> None:
         """A holder's stale revision is still a conflict through the view."""
         store = SessionStore()

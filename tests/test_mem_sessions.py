@@ -58,6 +58,7 @@ def test_clock_must_be_callable() -> None:
 
 
 class TestGet:
+    @pytest.mark.anyio
     async def test_unknown_returns_fresh_session_with_that_id(self) -> None:
         """get of an unknown id returns Session(id=that id) and creates nothing."""
         store = SessionStore()
@@ -65,6 +66,7 @@ class TestGet:
         assert await store.exists("new one") is False
         assert await store.list_sessions() == []
 
+    @pytest.mark.anyio
     async def test_reflects_latest_update(self) -> None:
         """get returns the data of the latest update_data."""
         store = SessionStore()
@@ -72,6 +74,7 @@ class TestGet:
         await store.update_data("s", '{"v": 2}')
         assert (await store.get("s")).data == '{"v": 2}'
 
+    @pytest.mark.anyio
     async def test_update_none_clears(self) -> None:
         """update_data(id, None) is accepted and get then returns data=None."""
         store = SessionStore()
@@ -80,6 +83,7 @@ class TestGet:
         assert (await store.get("s")).data is None
         assert await store.exists("s") is True
 
+    @pytest.mark.anyio
     async def test_bad_id(self) -> None:
         """An empty or NUL-bearing id is refused before anything is read."""
         store = SessionStore()
@@ -92,6 +96,7 @@ class TestGet:
 
 
 class TestWritesCreate:
+    @pytest.mark.anyio
     @pytest.mark.parametrize("write", ["update_data", "finalize", "put"])
     async def test_any_write_brings_session_into_being(self, write: str) -> None:
         """update_data, finalize and put each make exists() true."""
@@ -106,6 +111,7 @@ class TestWritesCreate:
 
 
 class TestUpdateData:
+    @pytest.mark.anyio
     @pytest.mark.parametrize("bad", ["{", "undefined", "NaN", r'"\u0000"'])
     async def test_non_json_rejected_nothing_written(self, bad: str) -> None:
         """Non-JSON text is a ValueError; the prior data stays and no session is created."""
@@ -118,6 +124,7 @@ class TestUpdateData:
         assert (await store.get("kept")).data == '{"ok": true}'
         assert await store.exists("fresh") is False
 
+    @pytest.mark.anyio
     async def test_snapshot_type(self) -> None:
         """A decoded value instead of JSON text is a TypeError naming snapshot."""
         with pytest.raises(TypeError, match=r"^snapshot must be JSON text or None"):
@@ -142,6 +149,7 @@ class TestUpdateData:
         await store.update_data("s", "1")
         assert await store.get("s") == Session("s", model="new", data="1")
 
+    @pytest.mark.anyio
     async def test_keeps_model_and_prompt(self) -> None:
         """update_data changes only data; a put's model and prompt remain."""
         store = SessionStore()
@@ -151,6 +159,7 @@ class TestUpdateData:
 
 
 class TestFinalize:
+    @pytest.mark.anyio
     async def test_latest_wins_and_data_kept(self) -> None:
         """finalize may repeat; the latest summary wins and data is never discarded."""
         store = SessionStore()
@@ -160,6 +169,7 @@ class TestFinalize:
         assert await store.final("s") == summary(RunStatus.completed, step_count=3, prompt_tokens=9)
         assert (await store.get("s")).data == '{"memo": "x"}'
 
+    @pytest.mark.anyio
     async def test_summary_type(self) -> None:
         """finalize needs a FinalizeSummary."""
         with pytest.raises(TypeError, match=r"^summary must be a FinalizeSummary"):
@@ -168,6 +178,7 @@ class TestFinalize:
 
 
 class TestPut:
+    @pytest.mark.anyio
     async def test_put_seeds_get_and_keeps_summary(self) -> None:
         """put replaces model, prompt and data; the latest summary survives."""
         store = SessionStore()
@@ -177,6 +188,7 @@ class TestPut:
         assert await store.get("s") == seeded
         assert await store.final("s") == summary()
 
+    @pytest.mark.anyio
     async def test_put_type(self) -> None:
         """put needs a Session."""
         with pytest.raises(TypeError, match=r"^session must be a Session"):
@@ -184,6 +196,7 @@ class TestPut:
 
 
 class TestIsolation:
+    @pytest.mark.anyio
     async def test_sessions_do_not_mix(self) -> None:
         """Data and summaries of one session never show in another (case matters)."""
         store = SessionStore()
@@ -196,6 +209,7 @@ class TestIsolation:
 
 
 class TestListSessions:
+    @pytest.mark.anyio
     async def test_most_recently_written_first(self) -> None:
         """Sessions come back by write recency, with status, step total and times."""
         store = SessionStore(clock=ticking_clock())
@@ -214,6 +228,7 @@ class TestListSessions:
         )
         assert (b.status, b.step_count) == (RunStatus.completed, 4)
 
+    @pytest.mark.anyio
     async def test_backward_clock_does_not_reorder(self) -> None:
         """A clock stepping backwards cannot reorder the listing."""
         store = SessionStore(clock=ticking_clock(timedelta(seconds=-1)))
@@ -221,6 +236,7 @@ class TestListSessions:
             await store.update_data(sid, "0")
         assert [i.id for i in await store.list_sessions()] == ["z", "y", "x"]
 
+    @pytest.mark.anyio
     async def test_limit(self) -> None:
         """limit caps the listing to the most recent sessions and must be an int >= 1."""
         store = SessionStore()
@@ -230,6 +246,7 @@ class TestListSessions:
         with pytest.raises(ValueError, match=r"^limit must be an int >= 1"):
             await store.list_sessions(limit=0)
 
+    @pytest.mark.anyio
     async def test_naive_clock_refused_nothing_written(self) -> None:
         """A clock returning naive datetimes is an error at write time; nothing is written."""
         store = SessionStore(clock=lambda: datetime(2026, 1, 1))
@@ -237,6 +254,7 @@ class TestListSessions:
             await store.update_data("s", "1")
         assert await store.exists("s") is False
 
+    @pytest.mark.anyio
     async def test_status_none_before_finalize(self) -> None:
         """A session never finalized lists with status None and zero steps."""
         store = SessionStore()
@@ -246,6 +264,7 @@ class TestListSessions:
 
 
 class TestDeleteSession:
+    @pytest.mark.anyio
     async def test_delete_drops_data_and_summary(self) -> None:
         """delete_session forgets data and summaries and reports whether the session existed."""
         store = SessionStore()
@@ -292,6 +311,7 @@ class TestCheckpointsAndCancellation:
 
 
 class TestClosed:
+    @pytest.mark.anyio
     async def test_every_call_raises_after_aclose(self) -> None:
         """After aclose every method raises StoreClosedError."""
         store = SessionStore()

@@ -42,12 +42,14 @@ def test_implements_protocols() -> None:
 
 
 class TestLastN:
+    @pytest.mark.anyio
     async def test_newest_n_oldest_first(self) -> None:
         """last_n returns the newest n steps in oldest-first order."""
         store = StepStore()
         steps = await fill(store, "s", 10)
         assert await store.last_n("s", 3) == steps[7:]
 
+    @pytest.mark.anyio
     @pytest.mark.parametrize(
         ("n", "expected"), [(1, slice(4, 5)), (5, slice(0, 5)), (50, slice(0, 5))]
     )
@@ -57,6 +59,7 @@ class TestLastN:
         steps = await fill(store, "s", 5)
         assert await store.last_n("s", n) == steps[expected]
 
+    @pytest.mark.anyio
     async def test_never_walks_the_whole_history(self) -> None:
         """last_n slices the window off the end: it never iterates over the history."""
 
@@ -70,22 +73,26 @@ class TestLastN:
         store._steps["s"] = history
         assert await store.last_n("s", 2) == list.__getitem__(history, slice(-2, None))
 
+    @pytest.mark.anyio
     async def test_unknown_session_is_empty(self) -> None:
         """An unknown session has no steps; that is not an error."""
         assert await StepStore().last_n("nobody", 5) == []
 
+    @pytest.mark.anyio
     @pytest.mark.parametrize("bad", [0, -1])
     async def test_n_below_one(self, bad: int) -> None:
         """n < 1 is a ValueError naming n."""
         with pytest.raises(ValueError, match=r"^n must be an int >= 1"):
             await StepStore().last_n("s", bad)
 
+    @pytest.mark.anyio
     @pytest.mark.parametrize("bad", [True, 1.5, "3", None])
     async def test_n_not_int(self, bad: object) -> None:
         """A non-int n (bool included) is a TypeError naming n."""
         with pytest.raises(TypeError, match=r"^n must be an int >= 1"):
             await StepStore().last_n("s", bad)  # type: ignore[arg-type]
 
+    @pytest.mark.anyio
     async def test_bad_session_id(self) -> None:
         """An empty session id is refused, not treated as unknown."""
         with pytest.raises(ValueError, match=r"^session_id must be a non-empty str"):
@@ -93,6 +100,7 @@ class TestLastN:
 
 
 class TestOrder:
+    @pytest.mark.anyio
     async def test_insertion_order_not_step_index(self) -> None:
         """Repeated and decreasing step indices keep insertion order."""
         store = StepStore()
@@ -102,6 +110,7 @@ class TestOrder:
         assert await store.last_n("s", 10) == steps
         assert await store.all("s") == steps
 
+    @pytest.mark.anyio
     async def test_insertion_order_not_created_at(self) -> None:
         """Tied and backward timestamps keep insertion order."""
         store = StepStore()
@@ -113,6 +122,7 @@ class TestOrder:
 
 
 class TestRoundTrip:
+    @pytest.mark.anyio
     async def test_every_field_survives(self) -> None:
         """Every field of a step comes back unchanged, tool_args included."""
         store = StepStore()
@@ -134,6 +144,7 @@ class TestRoundTrip:
 
 
 class TestIsolation:
+    @pytest.mark.anyio
     async def test_sessions_do_not_mix(self) -> None:
         """Each session sees only its own steps; ids differing in case are distinct."""
         store = StepStore()
@@ -144,6 +155,7 @@ class TestIsolation:
 
 
 class TestNoAliasing:
+    @pytest.mark.anyio
     async def test_mutating_result_does_not_reach_store(self) -> None:
         """Clearing or extending a returned list leaves the store's trace intact."""
         store = StepStore()
@@ -157,6 +169,7 @@ class TestNoAliasing:
 
 
 class TestBadInput:
+    @pytest.mark.anyio
     @pytest.mark.parametrize("bad", [None, "step", {"session_id": "s"}])
     async def test_append_non_step(self, bad: object) -> None:
         """Appending something that is not a RunStep is a TypeError; prior steps stay."""
@@ -168,6 +181,7 @@ class TestBadInput:
 
 
 class TestDeleteSession:
+    @pytest.mark.anyio
     async def test_delete_drops_steps(self) -> None:
         """delete_session drops that session's steps only and reports whether it had any."""
         store = StepStore()
@@ -231,6 +245,7 @@ class TestCheckpoints:
 
 
 class TestClosed:
+    @pytest.mark.anyio
     async def test_every_call_raises_after_aclose(self) -> None:
         """After aclose every method raises StoreClosedError; aclose itself is idempotent."""
         store = StepStore()
