@@ -64,9 +64,9 @@ async def certify(
     """
     start = time.perf_counter()
     chosen = [c for c in CLAUSES if matches(c, pattern)]
-    run = await _probe(harness, chosen, clause_timeout)
     results: list[ClauseResult] = []
     try:
+        run = await _probe(harness, chosen, clause_timeout)
         for i, clause in enumerate(chosen):
             if on_start is not None:
                 on_start(clause, i, len(chosen))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 from functools import partial
 from typing import Any, ClassVar
@@ -80,20 +81,33 @@ async def test_cleanup_runs_when_a_clause_fails_or_is_cancelled() -> None:
 async def test_cleanup_runs_when_asyncio_cancels_natively(source: str) -> None:
     """asyncio's own cancellation sources interrupt certify() and still leave it cleaned up."""
     calls: list[str] = []
+    loop = asyncio.get_running_loop()
+    cancel: list[Any] = []
+    opened = itertools.count()
 
     async def cleanup() -> None:
         await asyncio.sleep(0)
         calls.append("clean")
 
-    harness = _harness(cleanup)
-    run = certify(harness, pattern="step.model-based")
+    async def new() -> _Tracked:
+        if next(opened) == 1:  # the clause's store (the first is the probe's): cancel now
+            cancel[0]()
+        return _Tracked()
+
+    harness = Harness(new_step_store=new, cleanup=cleanup)
+    run = certify(harness, pattern="step.order.oldest-first")
     if source == "asyncio.timeout":
-        with pytest.raises(TimeoutError):
-            async with asyncio.timeout(0.05):
+
+        async def timed() -> None:
+            async with asyncio.timeout(None) as timeout:
+                cancel.append(lambda: timeout.reschedule(loop.time()))
                 await run
+
+        with pytest.raises(TimeoutError):
+            await timed()
     else:
         task = asyncio.ensure_future(run)
-        asyncio.get_running_loop().call_later(0.05, task.cancel)
+        cancel.append(task.cancel)
         with pytest.raises(asyncio.CancelledError):
             await task
     assert calls == ["clean", "clean"]  # after the clause, and at the end
