@@ -127,6 +127,17 @@ def test_the_cli_under_the_wrong_backend_says_which(tmp_path: Path) -> None:
     assert doc["ok"] is False
 
 
+def test_the_cli_certifies_the_builtin_stores_under_asyncio(tmp_path: Path) -> None:
+    """Without a target, --backend asyncio certifies the built-in stores in an asyncio loop."""
+    out = tmp_path / "report.json"
+    run = _cli("--backend", "asyncio", "--json", str(out), "-k", "step.cancel", cwd=tmp_path)
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    by_name = {t["target"]: t for t in doc["targets"]}
+    assert "certifying agentloopmem under asyncio" in run.stderr
+    memory = by_name["agentloopmem"]
+    assert [r["outcome"] for r in memory["results"]] == ["passed"] * 3, run.stdout
+
+
 def test_the_cli_refuses_an_unknown_backend(tmp_path: Path) -> None:
     run = _cli("--backend", "curio", cwd=tmp_path)
     assert run.returncode == 2
@@ -222,3 +233,23 @@ class TestMine(StepStoreContract):
     run = _user_pytest(tmp_path, body)
     assert run.returncode != 0
     assert "TestMine.backend must be 'trio', 'asyncio' or 'anyio', got 'curio'" in run.stdout
+
+
+def test_anyios_own_anyio_backend_runs_every_installed_backend(tmp_path: Path) -> None:
+    """Without a suite override, anyio's default anyio_backend runs each clause on both."""
+    body = """
+import agentloopmem
+from agentlooptest import memory_harness
+
+
+class TestMemory(StepStoreContract):
+    backend = "anyio"
+
+    @pytest.fixture
+    def harness(self):
+        return memory_harness()
+"""
+    run = _user_pytest(tmp_path, body, "-k", "step_order")
+    assert run.returncode == 0, run.stdout
+    assert run.stdout.count("[trio] PASSED") == 4, run.stdout
+    assert run.stdout.count("[asyncio] PASSED") == 4

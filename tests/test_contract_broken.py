@@ -48,6 +48,7 @@ def test_every_clause_catches_a_broken_store() -> None:
     assert [c.id for c in CLAUSES if c.id not in expected] == []
 
 
+@pytest.mark.anyio
 async def test_agentloopmem_passes_everything() -> None:
     """The in-memory stores pass every clause; only durability and one-object clauses skip."""
     report = await certify(memory_harness())
