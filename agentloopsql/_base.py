@@ -2,7 +2,7 @@
 
 A backend supplies an :class:`Ops` (one synchronous function per operation,
 run against a driver connection) and the :class:`~agentloopsql._worker.Workers`
-that run each call's typed work (``_jobs``) off the trio thread.
+that run each call's typed work (``_jobs``) off the event loop thread.
 """
 
 from __future__ import annotations
@@ -48,16 +48,17 @@ _MAX_WINDOW = 2**62
 class SqlStoreBase(BatchMethods[ConnT]):
     """Both protocols and every optional capability over one SQL backend.
 
-    Every method checks its arguments on the trio thread (``TypeError``,
+    Every method checks its arguments on the event loop thread (``TypeError``,
     ``ValueError``: nothing is sent), then queues one call to the store's
-    worker threads, which runs it as one transaction off the trio thread.
+    worker threads, which runs it as one transaction off that thread.
     The rules below hold for every method; each store's class docstring says
     only how it meets them and what it adds.
 
     **Cancellation handling**: all-or-nothing. A call cancelled while it is
-    still queued raises ``trio.Cancelled`` and did nothing. Once a worker has
+    still queued raises the backend's cancellation (``trio.Cancelled`` /
+    ``asyncio.CancelledError``) and did nothing. Once a worker has
     taken it, the caller waits for the worker (a worker is never abandoned
-    mid-write): the call either did nothing and raises ``trio.Cancelled``, or
+    mid-write): the call either did nothing and raises the cancellation, or
     happened whole and returns normally, the cancellation then delivered at
     the caller's next checkpoint. Which of the two a taken call gets is the
     store's to say.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TypeVar
 
-import trio
+import anyio
 
 from agentloop import RevisionConflictError, Session, validate_session_id
 from agentloop._validate import check_revision, check_session_ids, check_steps, preview
@@ -58,7 +58,7 @@ class BatchMethods(LeaseMethods[ConnT]):
     async def _append_many(self, batch: list[RunStep], fence: Lease | None) -> None:
         if not batch:
             self._check_open()
-            await trio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
             return
         rows = tuple(AppendRow(step, new_key()) for step in batch)
         ops = self._ops
@@ -95,7 +95,7 @@ class BatchMethods(LeaseMethods[ConnT]):
         ids = check_session_ids(session_ids)
         if not ids:
             self._check_open()
-            await trio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
             return []
         ops, unique = self._ops, list(dict.fromkeys(ids))
         found = await self._workers.call(Read(lambda conn: ops.get_many(conn, unique)))

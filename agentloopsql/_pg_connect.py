@@ -17,11 +17,12 @@ import traceback
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import psycopg
 import psycopg_pool
-import trio
 
 from agentloop import StoreError, StoreUnavailableError
+from agentloopsql._park import to_thread_shielded
 
 if TYPE_CHECKING:
     from agentloopsql._pg_ops import PgOps
@@ -97,13 +98,11 @@ async def first_connection(
     """
     attempt = _Attempt()
     try:
-        conn = await trio.to_thread.run_sync(attempt.connect, dsn, kwargs, abandon_on_cancel=True)
-    except trio.Cancelled:
+        conn = await anyio.to_thread.run_sync(attempt.connect, dsn, kwargs, abandon_on_cancel=True)
+    except anyio.get_cancelled_exc_class():
         attempt.abandon()
         raise
-    with trio.CancelScope(shield=True):
-        prepared = await trio.to_thread.run_sync(_prepare, conn, schema, statement_ms)
-    return prepared
+    return await to_thread_shielded(_prepare, conn, schema, statement_ms)
 
 
 class _Attempt:
@@ -192,7 +191,7 @@ async def fill(
 ) -> None:
     """Wait, cancellably, until the pool holds ``size`` idle connections.
 
-    Polled from trio rather than ``pool.wait()`` in a thread: that call cannot
+    Polled from the event loop rather than ``pool.wait()`` in a thread: that call cannot
     be interrupted. When the pool's threads fail to connect, one direct attempt
     finds out why: if it fails too, its error is raised at once.
 
@@ -200,12 +199,12 @@ async def fill(
         StoreError, StoreUnavailableError: as :func:`connect_error`.
     """
     errors = 0
-    # The pool's own threads fill it and offer no trio-side wake-up: poll.
+    # The pool's own threads fill it and offer no loop-side wake-up: poll.
     while (stats := pool.get_stats()).get("pool_available", 0) < size:
         if stats.get("connections_errors", 0) > errors:
             errors = stats["connections_errors"]
-            await trio.to_thread.run_sync(partial(_try_connect, dsn, kwargs))
-        await trio.sleep(0.005)
+            await anyio.to_thread.run_sync(partial(_try_connect, dsn, kwargs))
+        await anyio.sleep(0.005)
 
 
 def _try_connect(dsn: str, kwargs: dict[str, Any]) -> None:

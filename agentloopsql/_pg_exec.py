@@ -21,7 +21,7 @@ Cancellation: when every caller of a running statement has been cancelled
 (and it is the first attempt, not a retry after a lost connection), a helper
 thread asks the server to cancel it, repeating until the statement ends. A
 statement the server cancelled rolled back (each is one autocommit
-transaction), so its callers get ``trio.Cancelled`` and nothing happened; one
+transaction), so its callers get the backend's cancellation and nothing happened; one
 that completed anyway is reported as done. The connection is then closed, not
 returned to the pool, so a late cancel request cannot hit a later statement.
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import trio
+import anyio
 
 from agentloop import StoreUnavailableError
 from agentloop._validate import check_seconds, preview
 from agentloopsql._base import SqlStoreBase
+from agentloopsql._park import to_thread_shielded
 from agentloopsql._worker import Workers
 
 if TYPE_CHECKING:
@@ -40,7 +41,8 @@ class PostgresStore(SqlStoreBase["Conn"]):
     Open with ``await PostgresStore.open(dsn)``. Implements both protocols and
     every optional capability (``put``, ``final``, ``all``, ``list_sessions``,
     ``delete_session``, ``aclose``); also an async context manager. Many
-    processes and machines may share one schema.
+    processes and machines may share one schema. Use it from trio or asyncio
+    (through anyio or directly), in the event loop that opened it or later ones.
 
     Calls queue to ``pool_size`` worker threads, each borrowing a connection
     from a ``psycopg_pool.ConnectionPool``; more calls wait their turn, for at
@@ -71,8 +73,8 @@ class PostgresStore(SqlStoreBase["Conn"]):
     **Cancellation handling** (the rule is :class:`SqlStoreBase`'s): once a
     worker has taken a call, the server is asked to cancel its statement
     (for batched appends, only once every caller in the batch is cancelled).
-    A statement the server cancelled rolled back, so the call raises
-    ``trio.Cancelled``; one that had already committed returns normally. A
+    A statement the server cancelled rolled back, so the call raises the
+    backend's cancellation; one that had already committed returns normally. A
     call being retried after a lost connection is not cancelled on the server
     (its first attempt's outcome is still being settled).
     """
@@ -139,7 +141,7 @@ class PostgresStore(SqlStoreBase["Conn"]):
                 ``cause`` is the driver's exception.
 
         **Cancellation handling**: while connecting, a cancelled open raises
-        ``trio.Cancelled`` promptly (the abandoned connection attempt ends within
+        the backend's cancellation promptly (the abandoned connection attempt ends within
         ``connect_timeout`` and closes what it opened); while the pool fills, it
         closes the pool first. Once the migration has started it runs to its end
         (it commits or rolls back whole) before the cancellation is delivered.
@@ -170,8 +172,7 @@ class PostgresStore(SqlStoreBase["Conn"]):
         """
         self._closed = True
         await self._workers.close()  # every call under way finishes first
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(self._pool.close)
+        await to_thread_shielded(self._pool.close)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -218,7 +219,7 @@ async def _fill_or_close(
 
     try:
         pool.open(wait=False)  # only starts the pool's connecting threads
-        with trio.move_on_after(pool_timeout) as waiting:
+        with anyio.move_on_after(pool_timeout) as waiting:
             await connect.fill(pool, dsn, kwargs, size)
         if waiting.cancelled_caught:
             raise StoreUnavailableError(
@@ -226,6 +227,5 @@ async def _fill_or_close(
                 f"after {pool_timeout} s (pool_timeout)"
             )
     except BaseException:
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(connect.close_pool, pool, kwargs)
+        await to_thread_shielded(connect.close_pool, pool, kwargs)
         raise

@@ -6,7 +6,7 @@ import json
 import os
 import sqlite3
 
-import trio
+import anyio
 
 from agentloop import FinalizeSummary, RunStep, Session, SessionInfo
 from agentloop._validate import check_seconds, preview
@@ -16,6 +16,7 @@ from agentloopsql._base import SqlStoreBase
 from agentloopsql._jobs import Read
 from agentloopsql._sqlite_exec import SqliteExecutor
 from agentloopsql._sqlite_lease import SqliteLeaseOps
+from agentloopsql._sqlite_paths import checked_path
 from agentloopsql._sqlite_reader import InlineReader, InlineReads
 from agentloopsql._sqlite_schema import SYNCHRONOUS, connect
 from agentloopsql._worker import Workers
@@ -202,11 +203,12 @@ class SqliteStore(InlineReads, SqlStoreBase[sqlite3.Connection]):
     the process being killed, but the last commits may be lost (never torn)
     if the machine itself goes down.
 
-    Use the store from trio, in the run that opened it or later ones.
+    Use the store from trio or asyncio (through anyio or directly), in the
+    event loop that opened it or later ones.
 
     **Inline reads** (the exception DESIGN §6 allows): ``last_n`` (windows up
     to 256 steps) and ``get`` run on a second, read-only connection directly
-    on the trio thread, which saves the hop to the connection thread and
+    on the event loop thread, which saves the hop to the connection thread and
     back. That connection never waits for a lock (``busy_timeout`` 0): a read
     that would wait, or fails, goes to the connection thread instead. Both
     are short indexed reads; their cost grows with the bytes of the steps
@@ -218,7 +220,8 @@ class SqliteStore(InlineReads, SqlStoreBase[sqlite3.Connection]):
     the connection thread has taken but that waits for another connection's
     lock (another process writing) did nothing yet: when its caller is
     cancelled it is dropped from its batch within a few milliseconds and
-    raises ``trio.Cancelled``, whatever the other callers of its batch do,
+    raises the backend's cancellation (``trio.Cancelled`` /
+    ``asyncio.CancelledError``), whatever the other callers of its batch do,
     so no cancelled call waits out ``busy_timeout``. Once its transaction
     runs, a call runs to its end (it commits or rolls back whole) and
     returns normally. ``busy_timeout`` still bounds the wait of a call
@@ -282,10 +285,10 @@ class SqliteStore(InlineReads, SqlStoreBase[sqlite3.Connection]):
                 (the file stayed locked past ``busy_timeout``, an I/O error).
 
         **Cancellation handling**: a cancelled open closes what it opened and
-        raises ``trio.Cancelled``; a migration already under way finishes or
+        raises the backend's cancellation; a migration already under way finishes or
         rolls back whole.
         """
-        name = _checked_path(path)
+        name = checked_path(path)
         if not isinstance(verify, bool):
             raise TypeError(f"verify must be a bool, got {preview(verify)}")
         mode = _checked_mode(synchronous)
@@ -294,7 +297,7 @@ class SqliteStore(InlineReads, SqlStoreBase[sqlite3.Connection]):
         workers = Workers(executor, 1, "SqliteStore")
         try:
             await workers.call(Read(_ready))
-            reader = await trio.to_thread.run_sync(InlineReader.open, name)
+            reader = await anyio.to_thread.run_sync(InlineReader.open, name)
         except BaseException:
             await workers.close()
             raise
@@ -325,18 +328,6 @@ class SqliteStore(InlineReads, SqlStoreBase[sqlite3.Connection]):
 
 def _ready(conn: sqlite3.Connection) -> None:
     """The first job: reaching it proves the connection opened and migrated."""
-
-
-def _checked_path(path: object) -> str:
-    """``path`` as the non-empty ``str`` SQLite opens."""
-    if not isinstance(path, str | os.PathLike):
-        raise TypeError(f"path must be a str or os.PathLike, got {preview(path)}")
-    name = os.fspath(path)
-    if not isinstance(name, str):
-        raise TypeError(f"path must name a file as str, got {preview(name)}")
-    if not name:
-        raise ValueError("path must name a file (or be ':memory:'), got ''")
-    return name
 
 
 def _checked_mode(synchronous: object) -> str:

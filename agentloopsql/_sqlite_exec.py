@@ -18,7 +18,7 @@ Jobs of the batch that did run (reads, or writes rerun alone after a failure)
 are answered before the wait. Between tries, every job whose caller was
 cancelled is dropped from the batch and answered at once with
 :class:`~agentloopsql._worker.Interrupted` (its caller gets
-``trio.Cancelled``; nothing of it happened), and a cancellation wakes the
+the backend's cancellation; nothing of it happened), and a cancellation wakes the
 waiting thread. A job whose transaction is running is never interrupted: it
 commits or rolls back whole, and its caller gets that outcome.
 """
@@ -36,8 +36,9 @@ import outcome
 
 from agentloop import StoreError, StoreUnavailableError
 from agentloopsql._jobs import writes
+from agentloopsql._park import hand_back
 from agentloopsql._sqlite_paths import show_path
-from agentloopsql._worker import Interrupted, Job, dead_worker_error, hand_back
+from agentloopsql._worker import Interrupted, Job, dead_worker_error
 
 SqliteJob = Job[sqlite3.Connection]
 

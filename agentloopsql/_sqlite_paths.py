@@ -14,6 +14,7 @@ import sqlite3
 import stat
 
 from agentloop import StoreError, StoreUnavailableError
+from agentloop._validate import preview
 
 # A path is shown whole up to this length; a longer one keeps its end, which names the file.
 _PATH_SHOWN = 200
@@ -101,3 +102,15 @@ def open_error(path: str, exc: sqlite3.Error) -> StoreError:
     error = StoreError(f"cannot open {where}: {reason}")
     error.__cause__ = exc
     return error
+
+
+def checked_path(path: object) -> str:
+    """``path`` as the non-empty ``str`` SQLite opens."""
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"path must be a str or os.PathLike, got {preview(path)}")
+    name = os.fspath(path)
+    if not isinstance(name, str):
+        raise TypeError(f"path must name a file as str, got {preview(name)}")
+    if not name:
+        raise ValueError("path must name a file (or be ':memory:'), got ''")
+    return name

@@ -1,9 +1,9 @@
-"""Short reads of a ``SqliteStore`` on the trio thread: the one inline exception DESIGN §6 allows.
+"""Short reads of a ``SqliteStore`` on the event loop thread: DESIGN §6's one inline exception.
 
 A hop to the store's worker thread and back costs more than reading the
 newest steps of a session. So ``last_n`` (for windows up to
 :data:`INLINE_MAX` steps) and ``get`` run on a second connection, opened
-read-only (``mode=ro``) on the same WAL file, directly on the trio thread —
+read-only (``mode=ro``) on the same WAL file, directly on the loop's thread —
 only when they cannot wait:
 
 - the connection's ``busy_timeout`` is 0, so SQLite never sleeps for a
@@ -12,7 +12,7 @@ only when they cannot wait:
   the worker thread instead, which waits in cancellable slices;
 - both reads walk an index (``last_n`` backwards from the newest step);
 - any other SQLite error, or the connection being in use by another thread
-  (a store shared between trio runs), also sends the call to the worker,
+  (a store shared between event loops in other threads), also sends the call to the worker,
   which reports failures exactly as before.
 
 A WAL reader never waits for the writer and sees every commit made before it
@@ -22,6 +22,7 @@ databases have no second connection: every call goes to the worker.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sqlite3
 import threading
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 import trio
 
 from agentloop import Session, validate_n, validate_session_id
+from agentloop._backend import on_trio
 from agentloopsql._jobs import Read
 
 if TYPE_CHECKING:
@@ -53,7 +55,7 @@ MISS: Final = _Miss()
 
 
 class InlineReader:
-    """A read-only connection used on the trio thread; see the module docstring."""
+    """A read-only connection used on the event loop thread; see the module docstring."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn: sqlite3.Connection | None = conn
@@ -114,10 +116,15 @@ class InlineReads:
     async def _read(self, fn: Callable[[sqlite3.Connection], R]) -> R:
         reader = self._reader
         if reader is not None and not self._closed and not self._workers.dead:
-            await trio.lowlevel.checkpoint_if_cancelled()
+            # _backend's call_starts/call_ends, inlined: this is the hottest read path.
+            if trio_run := on_trio():
+                await trio.lowlevel.checkpoint_if_cancelled()
+            else:
+                await asyncio.sleep(0)
             found = reader.read(fn)
             if not isinstance(found, _Miss):
-                await trio.lowlevel.cancel_shielded_checkpoint()
+                if trio_run:
+                    await trio.lowlevel.cancel_shielded_checkpoint()
                 return found
         return await self._workers.call(Read(fn))
 

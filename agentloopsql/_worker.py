@@ -1,19 +1,22 @@
-"""Worker threads that run a store's jobs off the trio thread, in batches.
+"""Worker threads that run a store's jobs off the event loop thread, in batches.
 
-Trio tasks queue jobs (typed work, see ``_jobs``, run on a driver connection) and
-sleep without a thread hop of their own. A worker thread that wakes takes the
-job at the head of the queue and, when the executor allows it, every other
-queued job that can share its batch; the executor runs the batch (as one
-transaction, one commit) and sets each job's result. Results are handed back
-to trio only after that, so nothing a caller sees can still be rolled back.
+Tasks (trio or asyncio) queue jobs (typed work, see ``_jobs``, run on a driver
+connection) and sleep without a thread hop of their own (how, per backend:
+``_park``). A worker thread that wakes takes the job at the head of the
+queue and, when the executor allows it, every other queued job that can
+share its batch; the executor runs the batch (as one transaction, one
+commit) and sets each job's result. Results are handed back to the caller's
+loop only after that, so nothing a caller sees can still be rolled back.
 
 Cancellation: a job still queued when its caller is cancelled is removed and
-the caller gets ``trio.Cancelled`` (nothing happened). Once a worker has
+the caller gets the backend's cancellation (``trio.Cancelled`` /
+``asyncio.CancelledError``; nothing happened). Once a worker has
 taken a job, the executor is asked to :meth:`~Executor.interrupt` it (it may
 decline). The caller waits for the worker either way: a job that ends with
-:class:`Interrupted` did not happen and its caller gets ``trio.Cancelled``;
+:class:`Interrupted` did not happen and its caller gets the cancellation;
 any other result is returned normally (the cancellation is delivered at the
-caller's next checkpoint). A worker is never abandoned mid-write.
+caller's next checkpoint; under asyncio see ``_park`` for each source). A
+worker is never abandoned mid-write.
 
 Bounded waits: with a ``queue_timeout``, a watchdog thread fails each job no
 worker took in time (every worker stuck, e.g. behind a lock); it sleeps unless
@@ -22,8 +25,8 @@ every worker is busy and jobs wait.
 
 from __future__ import annotations
 
+import asyncio
 import collections
-import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -34,30 +37,16 @@ import outcome
 import trio
 
 from agentloop import StoreClosedError, StoreError, StoreUnavailableError
+from agentloop._backend import on_trio
 from agentloopsql._jobs import AnyWork, Append, IdempotentWrite, KeyedWrite, Read
+from agentloopsql._park import Interrupted as Interrupted
+from agentloopsql._park import Job as Job
+from agentloopsql._park import asyncio_job, to_thread_shielded, wait_asyncio
+from agentloopsql._park import hand_back as hand_back
 
 R = TypeVar("R")
 ConnT = TypeVar("ConnT")
 StateT = TypeVar("StateT")
-
-
-class Interrupted(Exception):
-    """An executor's result for a taken job it stopped, on request, before it took effect."""
-
-
-class Job(Generic[ConnT]):
-    """One queued call: its typed :data:`~agentloopsql._jobs.Work` and how to answer its caller."""
-
-    __slots__ = ("cancel_requested", "queued_at", "result", "taken", "task", "token", "work")
-
-    def __init__(self, work: AnyWork[ConnT]) -> None:
-        self.work = work
-        self.task = trio.lowlevel.current_task()
-        self.token = trio.lowlevel.current_trio_token()
-        self.taken = False
-        self.cancel_requested = False  # the executor's to set, under its own lock
-        self.result: outcome.Outcome[Any] | None = None
-        self.queued_at = time.monotonic()
 
 
 class Executor(Protocol[StateT, ConnT]):
@@ -90,19 +79,13 @@ class Executor(Protocol[StateT, ConnT]):
         ...
 
     def interrupt(self, job: Job[ConnT]) -> None:
-        """``job``'s caller was cancelled after a worker took it; called on the trio thread.
+        """``job``'s caller was cancelled after a worker took it; called on its loop's thread.
 
         Must not block. The executor may stop the job and set its result to
         :class:`Interrupted` only if the job then did not happen at all;
         otherwise it lets the job finish.
         """
         ...
-
-
-def _deliver(jobs: list[Job[Any]]) -> None:
-    for job in jobs:
-        assert job.result is not None
-        trio.lowlevel.reschedule(job.task, job.result)
 
 
 class Workers(Generic[ConnT]):
@@ -157,25 +140,18 @@ class Workers(Generic[ConnT]):
             StoreError: whatever the executor reports for the job, or the
                 ``queue_timeout`` error when no worker took it in time.
         """
+        if not on_trio():
+            await asyncio.sleep(0)  # the checkpoint: a cancellation lands before the queueing
+            ajob = asyncio_job(work)
+            self._enqueue(ajob)
+            return await wait_asyncio(ajob, self._unqueue, self._executor.interrupt)
         await trio.lowlevel.checkpoint_if_cancelled()
-        job = Job(work)
-        with self._cond:
-            if self._closing:
-                raise StoreClosedError(f"{self._owner} is closed")
-            if self._dead is not None:
-                raise self._executor.dead_error(self._dead)
-            self._queue.append(job)
-            if self._idle:
-                self._idle.pop().release()
-            if self._watch is not None and self._busy == self._size:
-                self._watch.notify()  # no worker may take it soon: time its wait
+        task, token = trio.lowlevel.current_task(), trio.lowlevel.current_trio_token()
+        job: Job[ConnT] = Job(work, task, token)
+        self._enqueue(job)
 
         def abort(_: object) -> trio.lowlevel.Abort:
-            with self._cond:
-                taken = job.taken
-                if not taken:
-                    self._queue.remove(job)
-            if not taken:
+            if self._unqueue(job):
                 return trio.lowlevel.Abort.SUCCEEDED
             self._executor.interrupt(job)
             return trio.lowlevel.Abort.FAILED
@@ -192,6 +168,26 @@ class Workers(Generic[ConnT]):
         await trio.lowlevel.checkpoint()
         raise StoreError(f"{self._owner}: the call was interrupted; it did not happen")
 
+    def _enqueue(self, job: Job[ConnT]) -> None:
+        with self._cond:
+            if self._closing:
+                raise StoreClosedError(f"{self._owner} is closed")
+            if self._dead is not None:
+                raise self._executor.dead_error(self._dead)
+            self._queue.append(job)
+            if self._idle:
+                self._idle.pop().release()
+            if self._watch is not None and self._busy == self._size:
+                self._watch.notify()  # no worker may take it soon: time its wait
+
+    def _unqueue(self, job: Job[ConnT]) -> bool:
+        """Remove ``job`` from the queue if no worker took it yet; whether it was."""
+        with self._cond:
+            if job.taken:
+                return False
+            self._queue.remove(job)
+            return True
+
     @property
     def dead(self) -> bool:
         """Whether a worker died: every later :meth:`call` raises the executor's error."""
@@ -204,8 +200,7 @@ class Workers(Generic[ConnT]):
             self._wake_all()
             if self._watch is not None:
                 self._watch.notify_all()
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(self._join)
+        await to_thread_shielded(self._join)
 
     def _join(self) -> None:
         for thread in self._threads:
@@ -327,19 +322,6 @@ class Workers(Generic[ConnT]):
 
     def _hand_back(self, jobs: list[Job[ConnT]]) -> None:
         hand_back(jobs)
-
-
-def hand_back(jobs: list[Job[Any]]) -> None:
-    """Wake each job's caller with its result (set before); from any thread, once per job."""
-    by_token: dict[trio.lowlevel.TrioToken, list[Job[Any]]] = {}
-    if len(jobs) == 1:  # the common case: no grouping needed
-        by_token[jobs[0].token] = jobs
-    else:
-        for job in jobs:
-            by_token.setdefault(job.token, []).append(job)
-    for token, mine in by_token.items():
-        with contextlib.suppress(trio.RunFinishedError):
-            token.run_sync_soon(_deliver, mine)
 
 
 def dead_worker_error(owner: str, exc: BaseException) -> StoreError:

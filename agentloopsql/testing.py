@@ -30,7 +30,7 @@ import tempfile
 import threading
 import weakref
 
-import trio
+import anyio
 
 from agentloopsql._postgres import PostgresStore
 from agentloopsql._sqlite import SqliteStore
@@ -62,7 +62,7 @@ def sqlite() -> Harness:
         return await SqliteStore.open(store.path)
 
     async def cleanup() -> None:
-        await trio.to_thread.run_sync(_empty_directory, directory)
+        await anyio.to_thread.run_sync(_empty_directory, directory)
 
     harness = Harness(
         new_step_store=new_store, new_session_store=new_store, reopen=reopen, cleanup=cleanup
@@ -105,7 +105,7 @@ def postgres(dsn: str | None = None) -> Harness:
             for made in pending:
                 if made in _created:
                     _created.remove(made)
-        await trio.to_thread.run_sync(_drop, pending)
+        await anyio.to_thread.run_sync(_drop, pending)
 
     async def reopen(store: object) -> PostgresStore:
         if not isinstance(store, PostgresStore):

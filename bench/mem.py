@@ -1,12 +1,15 @@
 """agentloopmem: each op against its floor, and last_n at a big vs a small history.
 
 The floor is the same work done by a bare coroutine on a dict of lists behind
-a ``threading.Lock``, plus the one ``await trio.lowlevel.checkpoint()`` that
-trio's convention asks of every async call.
+a ``threading.Lock``, plus the one checkpoint every async call owes: trio's
+``await trio.lowlevel.checkpoint()``, or ``await asyncio.sleep(0)`` for the
+rows measured under asyncio (named "... (asyncio)"), which run the same
+measures in ``asyncio.run``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -53,6 +56,32 @@ class Floor:
         await trio.lowlevel.checkpoint()
 
 
+class AsyncioFloor(Floor):
+    """The floor under asyncio: the same work, then ``asyncio.sleep(0)``."""
+
+    async def append(self, step: RunStep) -> None:
+        with self.lock:
+            self.steps.setdefault(step.session_id, []).append(step)
+        await asyncio.sleep(0)
+
+    async def last_n(self, session_id: str, n: int) -> list[RunStep]:
+        with self.lock:
+            window = self.steps.get(session_id, [])[-n:]
+        await asyncio.sleep(0)
+        return window
+
+    async def get(self, session_id: str) -> str | None:
+        with self.lock:
+            session = self.data.get(session_id)
+        await asyncio.sleep(0)
+        return session
+
+    async def update_data(self, session_id: str, snapshot: str | None) -> None:
+        with self.lock:
+            self.data[session_id] = snapshot
+        await asyncio.sleep(0)
+
+
 async def _time(op: Callable[[], Awaitable[object]], ops: int) -> float:
     start = time.perf_counter()
     for _ in range(ops):
@@ -71,8 +100,8 @@ async def _compare(
     return best_ours, best_floor
 
 
-async def _op_rows() -> list[Row]:
-    steps, sessions, floor = StepStore(), SessionStore(), Floor()
+async def _op_rows(floor: Floor, suffix: str) -> list[Row]:
+    steps, sessions = StepStore(), SessionStore()
     step = RunStep("s", 0, StepType.tool_result, content="ok")
     for _ in range(100):
         await steps.append(step)
@@ -92,12 +121,17 @@ async def _op_rows() -> list[Row]:
     for name, (ours, bare) in pairs.items():
         us, floor_us = await _compare(ours, bare)
         rows.append(
-            Row(f"mem {name} vs floor", f"{us:.1f} vs {floor_us:.1f} µs/op", us / floor_us, 2.0)
+            Row(
+                f"mem {name} vs floor{suffix}",
+                f"{us:.1f} vs {floor_us:.1f} µs/op",
+                us / floor_us,
+                2.0,
+            )
         )
     return rows
 
 
-async def _history_row() -> Row:
+async def _history_row(suffix: str) -> Row:
     small, big = StepStore(), StepStore()
     step = RunStep("s", 0, StepType.user, content="x")
     for _ in range(100):
@@ -107,7 +141,7 @@ async def _history_row() -> Row:
     big._steps["s"] = [step] * 1_000_000
     big_us, small_us = await _compare(lambda: big.last_n("s", 50), lambda: small.last_n("s", 50))
     return Row(
-        "mem last_n(50) 10^6 vs 10^2 history",
+        f"mem last_n(50) 10^6 vs 10^2 history{suffix}",
         f"{big_us:.1f} vs {small_us:.1f} µs/op",
         big_us / small_us,
         1.3,
@@ -115,9 +149,9 @@ async def _history_row() -> Row:
 
 
 def rows() -> list[Row]:
-    """Measure every in-memory ratio in one trio run."""
+    """Measure every in-memory ratio in one trio run, then again in one asyncio run."""
 
-    async def run() -> list[Row]:
-        return [*await _op_rows(), await _history_row()]
+    async def run(floor: Floor, suffix: str) -> list[Row]:
+        return [*await _op_rows(floor, suffix), await _history_row(suffix)]
 
-    return trio.run(run)
+    return [*trio.run(run, Floor(), ""), *asyncio.run(run(AsyncioFloor(), " (asyncio)"))]

@@ -2,8 +2,9 @@
 
 SQLite appends are compared with two floors: raw ``sqlite3`` running the
 same ``BEGIN IMMEDIATE; INSERT; COMMIT`` in the calling thread (the physical
-floor), and the same raw statements behind one ``trio.to_thread`` hop (what
-any off-thread store must pay per call). PostgreSQL appends are compared with
+floor), and the same raw statements behind one ``to_thread`` hop (what any
+off-thread store must pay per call); the SQLite rows run under trio and again
+under asyncio (``_sql_lite``). PostgreSQL appends are compared with
 raw ``psycopg`` running the same INSERT on its own connection(s). ``last_n``
 is timed at a 10^5-step history against a 10^2-step one in the same table.
 PostgreSQL rows need ``AGENTLOOP_PG_DSN``; they are left out without it.
@@ -62,89 +63,6 @@ def _raw_append(conn: sqlite3.Connection) -> None:
     conn.execute("COMMIT")
 
 
-async def _sqlite_appends(directory: str, synchronous: str) -> list[Row]:
-    floor_path = os.path.join(directory, f"floor-{synchronous}.db")
-    store_path = os.path.join(directory, f"store-{synchronous}.db")
-    await (await SqliteStore.open(floor_path)).aclose()  # the same schema for the floor
-    raw = _raw_sqlite(floor_path, synchronous)
-    store = await SqliteStore.open(store_path, synchronous=synchronous)
-
-    async def in_thread() -> None:
-        for _ in range(_SEQ_OPS):
-            _raw_append(raw)
-
-    async def one_hop() -> None:
-        for _ in range(_SEQ_OPS):
-            await trio.to_thread.run_sync(_raw_append, raw)
-
-    async def ours() -> None:
-        for _ in range(_SEQ_OPS):
-            await store.append(_STEP)
-
-    async def ours_concurrent() -> None:
-        async def writer() -> None:
-            for _ in range(_SEQ_OPS // _TASKS * 4):
-                await store.append(_STEP)
-
-        async with trio.open_nursery() as nursery:
-            for _ in range(_TASKS):
-                nursery.start_soon(writer)
-
-    one_connection = trio.CapacityLimiter(1)
-
-    async def per_call_concurrent() -> None:
-        # The alternative design: every call its own to_thread hop, one at a time
-        # on the one connection, one commit per append.
-        async def writer() -> None:
-            for _ in range(_SEQ_OPS // _TASKS * 4):
-                await trio.to_thread.run_sync(_raw_append, raw, limiter=one_connection)
-
-        async with trio.open_nursery() as nursery:
-            for _ in range(_TASKS):
-                nursery.start_soon(writer)
-
-    concurrent_ops = _SEQ_OPS // _TASKS * 4 * _TASKS
-    try:
-        floor = await _best(lambda: _per_op_us(_SEQ_OPS, in_thread))
-        hop = await _best(lambda: _per_op_us(_SEQ_OPS, one_hop))
-        seq = await _best(lambda: _per_op_us(_SEQ_OPS, ours))
-        conc = await _best(lambda: _per_op_us(concurrent_ops, ours_concurrent))
-        per_call = await _best(lambda: _per_op_us(concurrent_ops, per_call_concurrent))
-    finally:
-        await store.aclose()
-        raw.close()
-    mode = f"synchronous={synchronous.upper()}"
-    return [
-        Row(
-            "sqlite append, sequential",
-            f"vs raw sqlite3 + one to_thread hop ({seq:.0f} vs {hop:.0f} us; {mode})",
-            seq / hop,
-            1.2,
-        ),
-        Row(
-            "sqlite append, sequential",
-            f"vs raw sqlite3 in-thread, info only ({seq:.0f} vs {floor:.0f} us; {mode})",
-            seq / floor,
-            NO_TARGET,
-        ),
-        Row(
-            f"sqlite append, {_TASKS} tasks",
-            f"throughput vs raw in-thread ({1e6 / conc:.0f} vs {1e6 / floor:.0f}/s; {mode})",
-            floor / conc,
-            0.5,
-            at_least=True,
-        ),
-        Row(
-            f"sqlite append, {_TASKS} tasks",
-            f"vs to_thread per call + CapacityLimiter(1) ({1e6 / conc:.0f} vs "
-            f"{1e6 / per_call:.0f}/s; {mode})",
-            per_call / conc,
-            1.0,
-            at_least=True,
-        ),
-    ]
-
-
 def fill_sqlite(path: str, sizes: dict[str, int]) -> None:
     """Insert ``sizes[session]`` steps per session straight into a SqliteStore's file."""
     conn = _raw_sqlite(path, "normal")
@@ -156,20 +74,6 @@ def fill_sqlite(path: str, sizes: dict[str, int]) -> None:
         conn.executemany(_INSERT_STEP, rows)
     conn.execute("COMMIT")
     conn.close()
-
-
-async def _sqlite_last_n(directory: str) -> Row:
-    path = os.path.join(directory, "history.db")
-    await (await SqliteStore.open(path)).aclose()
-    await trio.to_thread.run_sync(fill_sqlite, path, {"big": 100_000, "small": 100})
-    async with await SqliteStore.open(path) as store:
-        big, small = await _last_n_pair(store)
-    return Row(
-        "sqlite last_n(50)",
-        f"10^5 vs 10^2 steps of history ({big:.0f} vs {small:.0f} us)",
-        big / small,
-        1.5,
-    )
 
 
 async def _last_n_pair(store: SqliteStore | PostgresStore) -> tuple[float, float]:
@@ -316,11 +220,11 @@ def _fill_pg(dsn: str, schema: str, sizes: dict[str, int]) -> None:
 
 
 async def _all_rows() -> list[Row]:
+    from bench import _sql_lite  # it imports this module's helpers
+
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="agentloopsql-bench-") as directory:
-        for synchronous in ("full", "normal"):
-            rows.extend(await _sqlite_appends(directory, synchronous))
-        rows.append(await _sqlite_last_n(directory))
+        rows.extend(await _sql_lite.sqlite_rows(directory, _sql_lite.TRIO))
     dsn = os.environ.get("AGENTLOOP_PG_DSN", "")
     if dsn:
         rows.extend(await _postgres_rows(dsn))
@@ -328,5 +232,8 @@ async def _all_rows() -> list[Row]:
 
 
 def rows() -> list[Row]:
-    """SQLite and (with ``AGENTLOOP_PG_DSN``) PostgreSQL ratios, all measured in this run."""
-    return trio.run(_all_rows)
+    """SQLite (under trio, then asyncio) and (with ``AGENTLOOP_PG_DSN``) PostgreSQL ratios,
+    all measured in this run."""
+    from bench import _sql_lite
+
+    return trio.run(_all_rows) + _sql_lite.asyncio_rows()
