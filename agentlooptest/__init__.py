@@ -7,6 +7,10 @@ exposed three ways:
 - ``report = await certify(harness)``, without pytest;
 - the CLI ``agentlooptest certify [module:attr]`` (also ``python -m agentlooptest``).
 
+Each runs the contract under trio (the default) or asyncio: ``certify`` under
+whichever backend awaits it, the CLI with ``--backend asyncio``, the pytest
+classes with their ``backend`` class attribute.
+
 ``certify()`` and the CLI never import pytest: the two base classes are
 loaded on first use (``from agentlooptest import StepStoreContract`` works as
 usual). Needs the ``contract`` extra: ``pip install 'agentloop[contract]'``.

@@ -1,12 +1,22 @@
-"""Cancelling one store call at each of its checkpoints, and checking the store afterwards."""
+"""Cancelling one store call at each of its checkpoints, and checking the store afterwards.
+
+Under trio an instrument counts the task's resumptions; asyncio has no
+instruments, so there :func:`cancel_at` drives the call's coroutine itself
+(:class:`_Counted`): it hands each value the coroutine yields on to the event
+loop unchanged and counts the suspensions, and cancels the anyio scope around
+the call when the chosen one comes. The cancellation is then delivered to
+that very suspension (``Task.cancel()`` aborts the wait it is in).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import Any, TypeVar
 
+import anyio
 import trio
 
+from agentloop._backend import on_trio
 from agentlooptest._clause import Violation
 
 T = TypeVar("T")
@@ -34,16 +44,51 @@ class _CancelBeforeStep(trio.abc.Instrument):
                 self.scope.cancel()
 
 
-async def cancel_at(op: Callable[[], Awaitable[object]], point: int) -> bool:
-    """Run ``op`` and cancel it at its ``point``-th checkpoint.
+class _Counted:
+    """Awaits ``coro``, cancelling ``scope`` when it suspends for the ``point``-th time."""
 
-    ``point == 0`` cancels before ``op`` starts; ``point == k`` cancels just
-    before the task resumes from the ``k``-th time ``op`` yielded, so the
-    cancellation lands on that checkpoint. Returns whether ``op`` returned
-    normally (``False``: it raised ``Cancelled``, which is absorbed). A store
-    that finishes blocking work in a thread before honouring the
-    cancellation returns ``False`` although the work happened.
+    def __init__(self, coro: Coroutine[Any, Any, Any], scope: anyio.CancelScope, point: int):
+        self.coro = coro
+        self.scope = scope
+        self.point = point
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, suspended = self.coro, 0
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                yielded = coro.send(value) if error is None else coro.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            suspended += 1
+            if suspended == self.point:
+                self.scope.cancel()
+            try:
+                value, error = (yield yielded), None
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # the cancellation, delivered at this suspension
+                value, error = None, exc
+
+
+async def cancel_at(op: Callable[[], Awaitable[object]], point: int) -> bool:
+    """Run ``op`` and cancel it at its ``point``-th checkpoint, under trio or asyncio.
+
+    ``point == 0`` cancels before ``op`` starts. ``point == k`` lands the
+    cancellation on the ``k``-th time ``op`` yields: under trio by cancelling
+    just before the task resumes from it, under asyncio by cancelling when
+    ``op`` suspends there, which aborts that suspension. (Under asyncio
+    nothing runs between the start and the first suspension that a
+    cancellation could stop, so points 0 and 1 end alike there.)
+    Returns whether ``op`` returned normally (``False``: it raised the
+    backend's cancellation, which is absorbed). A store that finishes
+    blocking work in a thread before honouring the cancellation returns
+    ``False`` although the work happened.
     """
+    if not on_trio():
+        return await _cancel_at_asyncio(op, point)
     finished = False
     with trio.CancelScope() as scope:
         instrument = _CancelBeforeStep(trio.lowlevel.current_task(), scope, point)
@@ -55,6 +100,20 @@ async def cancel_at(op: Callable[[], Awaitable[object]], point: int) -> bool:
             finished = True
         finally:
             trio.lowlevel.remove_instrument(instrument)
+    return finished
+
+
+async def _cancel_at_asyncio(op: Callable[[], Awaitable[object]], point: int) -> bool:
+    finished = False
+    with anyio.CancelScope() as scope:
+        if point == 0:
+            scope.cancel()
+        made = op()
+        if isinstance(made, Coroutine):
+            await _Counted(made, scope, point)
+        else:  # a Future or a custom awaitable: only cancelling it before it starts is exact
+            await made
+        finished = True
     return finished
 
 
@@ -93,15 +152,8 @@ async def still_usable(what: str, op: Callable[[], Awaitable[T]]) -> T:
     """
     why = "a store left unusable by one cancelled call takes every later run down with it"
     try:
-        with trio.fail_after(USABLE_TIMEOUT):
+        with anyio.move_on_after(USABLE_TIMEOUT):
             return await op()
-    except trio.TooSlowError:
-        raise Violation(
-            f"cancelled a call, then {what}",
-            f"the call to return within {USABLE_TIMEOUT:g}s",
-            "it hung: the cancelled call left a lock or connection held",
-            why,
-        ) from None
     except Exception as exc:
         raise Violation(
             f"cancelled a call, then {what}",
@@ -109,3 +161,9 @@ async def still_usable(what: str, op: Callable[[], Awaitable[T]]) -> T:
             f"{type(exc).__name__}: {exc}",
             why,
         ) from None
+    raise Violation(  # only a timeout leaves the block without returning
+        f"cancelled a call, then {what}",
+        f"the call to return within {USABLE_TIMEOUT:g}s",
+        "it hung: the cancelled call left a lock or connection held",
+        why,
+    )

@@ -8,11 +8,12 @@ import traceback
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from agentlooptest._backends import Backend, current, needs_other, wrong_backend_message
 from agentlooptest._clause import CAPABILITIES, REOPEN, Clause, Violation, format_violation
 from agentlooptest._cleanup import run_cleanup
 from agentlooptest._registry import CLAUSES
 from agentlooptest._report import ClauseResult, Outcome, Report
-from agentlooptest._run_clause import CLAUSE_TIMEOUT, run_clause
+from agentlooptest._run_clause import CLAUSE_TIMEOUT, run_clause_telling_backend
 from agentlooptest._stores import probe, skip_reason
 
 if TYPE_CHECKING:
@@ -54,28 +55,22 @@ async def certify(
     each clause and once at the end, also when the run is interrupted; a
     failure of that last one is in the report's ``notes``.
 
+    Runs under trio or asyncio, whichever awaits it. A store that cannot
+    run on that backend (it needs asyncio's running loop, or calls trio
+    directly) fails once, with a message naming the backend to use; every
+    other clause is then failed as not run, referring to that one.
+
     Never raises for a broken store: its failures are in the report.
     """
     start = time.perf_counter()
     chosen = [c for c in CLAUSES if matches(c, pattern)]
-    capabilities: dict[str, frozenset[str]] = {}
-    broken: dict[str, str] = {}
-    for protocol in _PROTOCOLS:
-        if _factory(harness, protocol) is None or not any(c.protocol == protocol for c in chosen):
-            continue
-        try:
-            capabilities[protocol] = await probe(harness, protocol, clause_timeout=clause_timeout)
-        except Violation as violation:
-            broken[protocol] = factory_failure(protocol, violation)
-        except Exception as exc:
-            broken[protocol] = factory_error(protocol, exc)
     results: list[ClauseResult] = []
-    told: dict[str, str] = {}  # protocol -> the clause whose result tells the factory failure
     try:
+        run = await _probe(harness, chosen, clause_timeout)
         for i, clause in enumerate(chosen):
             if on_start is not None:
                 on_start(clause, i, len(chosen))
-            result = await _one(clause, harness, capabilities, broken, told, clause_timeout)
+            result = await _one(clause, harness, run, clause_timeout)
             results.append(result)
             if on_result is not None:
                 on_result(result)
@@ -86,7 +81,7 @@ async def certify(
         level=conformance_level(harness, results)
         + (f" (only clauses matching {pattern!r} ran)" if pattern else ""),
         duration=time.perf_counter() - start,
-        capabilities={k: tuple(sorted(v)) for k, v in capabilities.items()},
+        capabilities={k: tuple(sorted(v)) for k, v in run.capabilities.items()},
         pattern=pattern or None,
         notes=(f"at the end: {cleanup_problem}",) if cleanup_problem else (),
     )
@@ -121,14 +116,48 @@ async def _never(harness: Harness) -> None:
     raise AssertionError("never run")  # pragma: no cover
 
 
-async def _one(
-    clause: Clause,
-    harness: Harness,
-    capabilities: dict[str, frozenset[str]],
-    broken: dict[str, str],
-    told: dict[str, str],
-    clause_timeout: float,
-) -> ClauseResult:
+class _Run:
+    """What one ``certify`` learned so far: capabilities, factory failures, a wrong backend."""
+
+    def __init__(self) -> None:
+        self.capabilities: dict[str, frozenset[str]] = {}
+        self.broken: dict[str, str] = {}  # protocol -> why its factory failed
+        self.told: dict[str, str] = {}  # protocol -> the clause whose result tells that
+        self.wrong: tuple[Backend, str] | None = None  # the backend needed, and the message
+        self.wrong_told = ""  # the clause whose result tells the wrong backend
+
+
+async def _probe(harness: Harness, chosen: list[Clause], clause_timeout: float) -> _Run:
+    """Open a store per protocol: its capabilities, or why the factory failed."""
+    run = _Run()
+    for protocol in _PROTOCOLS:
+        if _factory(harness, protocol) is None or not any(c.protocol == protocol for c in chosen):
+            continue
+        if run.wrong is not None:
+            break
+        try:
+            caps = await probe(harness, protocol, clause_timeout=clause_timeout)
+            run.capabilities[protocol] = caps
+        except Violation as violation:
+            run.broken[protocol] = factory_failure(protocol, violation)
+            run.wrong = _wrong_factory(protocol, violation.__context__)
+        except Exception as exc:
+            run.broken[protocol] = factory_error(protocol, exc)
+            run.wrong = _wrong_factory(protocol, exc)
+    return run
+
+
+def _wrong_factory(protocol: str, exc: BaseException | None) -> tuple[Backend, str] | None:
+    running = current()
+    found = needs_other(exc, running)
+    if found is None:
+        return None
+    need, error = found
+    title = f"the harness opens a {_PROTOCOLS[protocol]}"
+    return need, wrong_backend_message(f"{protocol}.factory", title, running, need, error)
+
+
+async def _one(clause: Clause, harness: Harness, run: _Run, clause_timeout: float) -> ClauseResult:
     def result(outcome: Outcome, message: str) -> ClauseResult:
         return ClauseResult(
             clause.id,
@@ -139,6 +168,17 @@ async def _one(
             message,
         )
 
+    if run.wrong is not None:
+        need, message = run.wrong
+        if run.wrong_told:
+            return result(
+                "failed",
+                f"[{clause.id}] {clause.title}\n  not run: the store needs {need} "
+                f"({run.wrong_told} says why)",
+            )
+        run.wrong_told = clause.id  # the factory told it: in full here, once
+        return result("failed", f"[{clause.id}] {clause.title}\n  not run:\n{message}")
+    broken, told, capabilities = run.broken, run.told, run.capabilities
     if clause.protocol in broken:
         message, first = broken[clause.protocol], told.get(clause.protocol)
         cannot = f"not run: the harness could not open a {_PROTOCOLS[clause.protocol]}"
@@ -149,7 +189,12 @@ async def _one(
     reason = skip_reason(clause, harness, capabilities.get(clause.protocol, frozenset()))
     if reason is not None:
         return result("skipped", reason)
-    return await run_clause(clause, harness, clause_timeout=clause_timeout)
+    outcome, needed = await run_clause_telling_backend(
+        clause, harness, clause_timeout=clause_timeout
+    )
+    if needed is not None:
+        run.wrong, run.wrong_told = (needed, outcome.message), clause.id
+    return outcome
 
 
 def conformance_level(harness: Harness, results: Iterable[ClauseResult]) -> str:

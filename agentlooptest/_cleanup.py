@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import trio
+import anyio
 
-from agentlooptest._stall import StoreSpun, watched
+from agentlooptest._stall import Hung, StoreSpun, watched
 
 if TYPE_CHECKING:
     from agentlooptest._harness import Harness
@@ -24,9 +24,9 @@ async def run_cleanup(harness: Harness) -> str | None:
     if harness.cleanup is None:
         return None
     try:
-        with trio.CancelScope(shield=True), watched(CLEANUP_TIMEOUT):
+        with anyio.CancelScope(shield=True), watched(CLEANUP_TIMEOUT):
             await harness.cleanup()
-    except (trio.TooSlowError, StoreSpun):
+    except (Hung, StoreSpun):
         return f"the harness's cleanup() did not finish within {CLEANUP_TIMEOUT:g}s"
     except Exception as exc:
         return f"the harness's cleanup() raised {type(exc).__name__}: {exc}"

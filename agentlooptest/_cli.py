@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import TextIO
 from xml.etree import ElementTree
 
-import trio
-
 from agentloop._validate import check_seconds
+from agentlooptest._backends import BACKENDS, run_in
 from agentlooptest._builtin import BUILTIN_NAMES, builtin_targets
 from agentlooptest._certify import certify, matches
 from agentlooptest._clause import Clause
@@ -40,6 +39,13 @@ def _parser() -> argparse.ArgumentParser:
         nargs="?",
         help="module:attr naming a Harness or a zero-argument callable returning one; "
         f"without it, the built-in stores ({', '.join(BUILTIN_NAMES)})",
+    )
+    run.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="trio",
+        help="the event loop to run the contract in (default trio); a store built on "
+        "asyncio (redis.asyncio, asyncpg...) is certified with --backend asyncio",
     )
     run.add_argument("--json", metavar="PATH", type=Path, help="write the report as JSON")
     run.add_argument("--junit-xml", metavar="PATH", type=Path, help="write the report as JUnit XML")
@@ -194,7 +200,8 @@ async def _run(args: argparse.Namespace) -> int:
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 160
     for name, harness in harnesses.items():
         progress = _Progress(sys.stderr, args.verbose)
-        print(f"certifying {name} ...", file=sys.stderr, flush=True)
+        on = "" if args.backend == "trio" else f" under {args.backend}"
+        print(f"certifying {name}{on} ...", file=sys.stderr, flush=True)
         report = await certify(
             harness,
             pattern=args.pattern,
@@ -245,4 +252,4 @@ def main(argv: list[str] | None = None) -> int:
             for c in chosen:
                 print(f"{c.id:40} {c.capability or 'base':15} {c.title}")
         return 0
-    return trio.run(_run, args)
+    return run_in(args.backend, _run, args)

@@ -6,15 +6,15 @@ import time
 import traceback
 from typing import TYPE_CHECKING, TypeVar
 
+from agentlooptest._backends import Backend, current, needs_other, wrong_backend_message
 from agentlooptest._clause import Clause, Violation, format_violation
 from agentlooptest._cleanup import run_cleanup
 from agentlooptest._report import ClauseResult, Outcome
-from agentlooptest._stall import StoreSpun, stalled_call, watched
+from agentlooptest._stall import Hung, StoreSpun, stalled_call, watched
 
 if TYPE_CHECKING:
     from agentlooptest._harness import Harness
 
-import trio
 
 E = TypeVar("E", bound=BaseException)
 
@@ -30,6 +30,24 @@ HANG_HINT = "a lock or connection never released, or an await on an event nobody
 
 class ClauseFailed(AssertionError):
     """A clause failed; the message names the clause and says what broke and why it matters."""
+
+
+class WrongBackend(ClauseFailed):
+    """The store cannot run on this backend; ``backend`` is the one it needs."""
+
+    def __init__(self, message: str, backend: Backend) -> None:
+        super().__init__(message)
+        self.backend = backend
+
+
+def wrong_backend(clause: Clause, exc: BaseException | None) -> WrongBackend | None:
+    """The failure to raise when ``exc`` says the store needs the other backend, else ``None``."""
+    running = current()
+    found = needs_other(exc, running)
+    if found is None:
+        return None
+    need, error = found
+    return WrongBackend(wrong_backend_message(clause.id, clause.title, running, need, error), need)
 
 
 def find(group: BaseExceptionGroup[BaseException], kind: type[E]) -> E | None:
@@ -117,15 +135,18 @@ async def _check(clause: Clause, harness: Harness, clause_timeout: float) -> Non
                     raise
                 raise found from None
     except Violation as violation:
-        raise ClauseFailed(format_violation(clause, violation)) from None
+        wrong = wrong_backend(clause, violation.__context__)
+        raise wrong or ClauseFailed(format_violation(clause, violation)) from None
     except StoreSpun as spun:
         stalled = stall_violation(spun, clause_timeout, spun=True)
         raise ClauseFailed(format_violation(clause, stalled)) from None
-    except trio.TooSlowError as slow:
-        stuck = slow.__context__ if slow.__context__ is not None else slow
-        hung = stall_violation(stuck, clause_timeout, spun=False)
+    except Hung as slow:
+        hung = stall_violation(slow.stuck or slow, clause_timeout, spun=False)
         raise ClauseFailed(format_violation(clause, hung)) from None
     except Exception as exc:
+        wrong = wrong_backend(clause, exc)
+        if wrong is not None:
+            raise wrong from None
         exc.add_note(f"[{clause.id}] the store raised unexpectedly while checking: {clause.title}")
         raise
 
@@ -134,13 +155,23 @@ async def run_clause(
     clause: Clause, harness: Harness, *, clause_timeout: float = CLAUSE_TIMEOUT
 ) -> ClauseResult:
     """Run ``clause`` and record its outcome; never raises for a store's failure."""
+    result, _ = await run_clause_telling_backend(clause, harness, clause_timeout=clause_timeout)
+    return result
+
+
+async def run_clause_telling_backend(
+    clause: Clause, harness: Harness, *, clause_timeout: float = CLAUSE_TIMEOUT
+) -> tuple[ClauseResult, Backend | None]:
+    """:func:`run_clause`, and the backend the store needs if it failed for running on this one."""
     start = time.perf_counter()
     outcome: Outcome = "passed"
     message = ""
+    need: Backend | None = None
     try:
         await run_check(clause, harness, clause_timeout=clause_timeout)
     except ClauseFailed as failed:
         outcome, message = "failed", str(failed)
+        need = failed.backend if isinstance(failed, WrongBackend) else None
     except Exception as exc:
         outcome = "failed"
         message = (
@@ -148,7 +179,7 @@ async def run_clause(
             f"  the store raised {type(exc).__name__}: {exc}\n"
             f"  why:      {clause.why}\n" + "".join(traceback.format_exception(exc)).rstrip()
         )
-    return ClauseResult(
+    result = ClauseResult(
         id=clause.id,
         title=clause.title,
         protocol=clause.protocol,
@@ -157,3 +188,4 @@ async def run_clause(
         message=message,
         duration=time.perf_counter() - start,
     )
+    return result, need

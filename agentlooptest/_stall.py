@@ -1,14 +1,21 @@
-"""Ending a clause whose store never returns, or spins without ever yielding to trio.
+"""Ending a clause whose store never returns, or spins without ever yielding to the event loop.
 
-``trio.fail_after`` ends a call that awaits forever, but not one that spins
-in Python on the event-loop thread: a timeout is delivered at a checkpoint,
-and a spinning call reaches none. :func:`watched` adds a watchdog thread.
-When the deadline has passed and one task step has been running for more
-than :data:`GRACE` seconds, it raises :class:`StoreSpun` inside the trio
-thread with ``PyThreadState_SetAsyncExc``, which Python delivers between two
-bytecodes of whatever that thread runs: the spinning store code. It repeats
-every :data:`GRACE` seconds while the step goes on (a store that swallows
+A deadline (an anyio cancel scope) ends a call that awaits forever, but not
+one that spins in Python on the event-loop thread: a cancellation is
+delivered at a checkpoint, and a spinning call reaches none. :func:`watched`
+adds a watchdog thread. When the deadline has passed and the event loop has
+been stuck in one task step for more than :data:`GRACE` seconds, it raises
+:class:`StoreSpun` inside the event-loop thread with
+``PyThreadState_SetAsyncExc``, which Python delivers between two bytecodes of
+whatever that thread runs: the spinning store code. It repeats every
+:data:`GRACE` seconds while the step goes on (a store that swallows
 ``BaseException``).
+
+How the watchdog knows a step is running differs per backend: under trio an
+instrument marks the start and end of each task step; under asyncio, which
+has no instruments, a callback re-armed on the loop every ``GRACE / 5``
+seconds marks that the loop is turning, so a mark older than :data:`GRACE`
+means one step (or one blocking call) holds the thread.
 
 Out of reach, and documented as such: a spin inside one C call (a blocking
 ``time.sleep``, a C extension's loop) gets the exception only when the call
@@ -19,17 +26,21 @@ loop's.
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import importlib.util
 import linecache
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
+import anyio
 import trio
+
+from agentloop._backend import on_trio
 
 GRACE = 0.25
 """Seconds a task step may run past the deadline before it is interrupted as spinning."""
@@ -47,20 +58,32 @@ def _package(name: str) -> Path:
 
 _LIBRARY = (
     _HERE,
-    *(_package(name) for name in ("trio", "outcome", "hypothesis")),
+    *(_package(name) for name in ("trio", "outcome", "hypothesis", "anyio", "sniffio")),
     Path(threading.__file__).resolve().parent,  # the standard library
 )
 
 
 class StoreSpun(BaseException):
-    """Raised in the trio thread when a call ran past the deadline without yielding.
+    """Raised in the event-loop thread when a call ran past the deadline without yielding.
 
     A ``BaseException``, so a store's ``except Exception`` does not swallow it.
     """
 
 
-class _Watch(trio.abc.Instrument):
-    """Knows when the current task step started; its thread interrupts a step that overruns."""
+class Hung(Exception):
+    """The watched block still awaited at its deadline; ``stuck`` is what ended it there.
+
+    ``stuck`` is the cancellation (or the exception group holding it) that
+    unwound the block, its traceback ending where the block waited.
+    """
+
+    def __init__(self, seconds: float, stuck: BaseException | None) -> None:
+        super().__init__(f"still running after {seconds:g}s")
+        self.stuck = stuck
+
+
+class _Watch:
+    """Knows whether a task step is running, and since when; its thread interrupts an overrun."""
 
     def __init__(self, seconds: float) -> None:
         self.deadline = time.monotonic() + seconds
@@ -69,13 +92,6 @@ class _Watch(trio.abc.Instrument):
         self.lock = threading.Lock()
         self.done = threading.Event()
         self.fired = False
-
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        self.step_started = time.monotonic()
-
-    def after_task_step(self, task: trio.lowlevel.Task) -> None:
-        with self.lock:
-            self.step_started = None
 
     def watch(self) -> None:
         while not self.done.wait(GRACE / 2):
@@ -90,24 +106,67 @@ class _Watch(trio.abc.Instrument):
                     )
 
 
+class _Steps(trio.abc.Instrument):
+    """Under trio: marks the start and the end of every task step."""
+
+    def __init__(self, watch: _Watch) -> None:
+        self.w = watch
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.w.step_started = time.monotonic()
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        with self.w.lock:
+            self.w.step_started = None
+
+
+def _on_trio(watch: _Watch) -> Callable[[], None]:
+    instrument = _Steps(watch)
+    trio.lowlevel.add_instrument(instrument)
+    return lambda: trio.lowlevel.remove_instrument(instrument)
+
+
+def _on_asyncio(watch: _Watch) -> Callable[[], None]:
+    """Under asyncio: a callback re-armed every GRACE / 5 marks that the loop is turning."""
+    loop = asyncio.get_running_loop()
+    handle: list[asyncio.TimerHandle] = []
+
+    def beat() -> None:
+        with watch.lock:
+            watch.step_started = time.monotonic()
+        handle[:] = [loop.call_later(GRACE / 5, beat)]
+
+    beat()
+    return lambda: handle[0].cancel()
+
+
 @contextmanager
 def watched(seconds: float) -> Iterator[None]:
-    """Within ``trio.fail_after(seconds)``: also interrupt a task step spinning past it.
+    """Cancel the block after ``seconds``; also interrupt a task step spinning past them.
+
+    Works under trio and asyncio (see the module docstring).
 
     Raises:
-        trio.TooSlowError: the block awaited past ``seconds``.
-        StoreSpun: the block ran past ``seconds`` without yielding to trio.
+        Hung: the block awaited past ``seconds``.
+        StoreSpun: the block ran past ``seconds`` without yielding to the event loop.
     """
     watch = _Watch(seconds)
     thread = threading.Thread(target=watch.watch, name="agentlooptest-watchdog", daemon=True)
-    trio.lowlevel.add_instrument(watch)
+    detach = _on_trio(watch) if on_trio() else _on_asyncio(watch)
     thread.start()
+    stuck: BaseException | None = None
     try:
-        with trio.fail_after(seconds):
-            yield
+        with anyio.CancelScope(deadline=anyio.current_time() + seconds) as scope:
+            try:
+                yield
+            except BaseException as exc:
+                stuck = exc
+                raise
     finally:
         watch.done.set()
-        trio.lowlevel.remove_instrument(watch)
+        detach()
+    if scope.cancelled_caught:
+        raise Hung(seconds, stuck)
 
 
 def _frames(exc: BaseException) -> list[tuple[str, int, str]]:

@@ -7,12 +7,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-import trio
+import anyio
 
 from agentloop import RunStep, SessionStore, StepStore, SupportsAclose
 from agentlooptest._clause import CAPABILITIES, REOPEN, Clause, Violation
 from agentlooptest._run_clause import CLAUSE_TIMEOUT, find, stall_violation
-from agentlooptest._stall import StoreSpun, watched
+from agentlooptest._stall import Hung, StoreSpun, watched
 
 if TYPE_CHECKING:
     from agentlooptest._harness import Harness, StoreFactory
@@ -58,7 +58,7 @@ class Steps:
 async def aclose_quietly(store: object) -> None:
     """``aclose`` ``store`` if it can, shielded and bounded, whatever happened before."""
     if isinstance(store, SupportsAclose):
-        with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_TIMEOUT):
             await store.aclose()
 
 
@@ -145,7 +145,7 @@ async def probe(
                     return frozenset(n for n, p in CAPABILITIES.items() if isinstance(store, p))
             async with open_sessions(harness) as store:
                 return frozenset(n for n, p in CAPABILITIES.items() if isinstance(store, p))
-    except trio.TooSlowError:
+    except Hung:
         raise Violation(
             f"called the harness's {what} factory to open a store",
             f"a store within {clause_timeout:g}s",

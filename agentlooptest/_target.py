@@ -7,8 +7,7 @@ import inspect
 import os
 import sys
 
-import trio
-
+from agentloop._backend import cancelled_error
 from agentlooptest._harness import Harness
 
 
@@ -35,9 +34,9 @@ async def load(target: str) -> Harness:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except (KeyboardInterrupt, trio.Cancelled):
-        raise
     except BaseException as exc:  # SystemExit from a module's top level too
+        if isinstance(exc, (KeyboardInterrupt, cancelled_error())):
+            raise
         raise TargetError(
             f"cannot import {module_name!r} for target {target!r}: {_one_line(exc)}"
         ) from exc
@@ -58,9 +57,9 @@ async def load(target: str) -> Harness:
             value = value()
             if inspect.isawaitable(value):
                 value = await value
-        except (KeyboardInterrupt, trio.Cancelled):
-            raise
         except BaseException as exc:
+            if isinstance(exc, (KeyboardInterrupt, cancelled_error())):
+                raise
             raise TargetError(f"calling {target!r} raised {_one_line(exc)}") from exc
     if not isinstance(value, Harness):
         raise TargetError(f"{target!r} must give an agentlooptest.Harness, got {value!r:.80}")

@@ -1,4 +1,10 @@
-"""The contract catches every store in the catalogue of broken stores, each on its own clause."""
+"""The contract catches every store in the catalogue of broken stores, each on its own clause.
+
+The catalogue's stores follow the store-call convention of
+``agentloop._backend``, so each runs under trio and under asyncio: the tests
+marked ``anyio`` certify them on both (about 15 s per backend for the
+catalogue, 15 s for the correct stores).
+"""
 
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ def _quick_hang_detection(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(agentlooptest._clauses._machines, "SHRINK_SECONDS", 3)
 
 
+@pytest.mark.anyio
 @pytest.mark.parametrize("broken", CATALOGUE, ids=lambda b: b.name.partition(":")[0])
 async def test_broken_store_is_caught(broken: Broken) -> None:
     """The broken store fails the clause written for its defect, with a message naming it."""
@@ -27,6 +34,7 @@ async def test_broken_store_is_caught(broken: Broken) -> None:
     assert not report.ok
 
 
+@pytest.mark.anyio
 async def test_reference_stores_pass_everything() -> None:
     """The correct stores the broken ones derive from pass every clause, durability included."""
     report = await certify(good_harness())
@@ -40,6 +48,7 @@ def test_every_clause_catches_a_broken_store() -> None:
     assert [c.id for c in CLAUSES if c.id not in expected] == []
 
 
+@pytest.mark.anyio
 async def test_agentloopmem_passes_everything() -> None:
     """The in-memory stores pass every clause; only durability and one-object clauses skip."""
     report = await certify(memory_harness())
@@ -54,6 +63,7 @@ async def test_agentloopmem_passes_everything() -> None:
     assert report.verdict.startswith("CERTIFIED")
 
 
+@pytest.mark.anyio
 @pytest.mark.parametrize("name", sorted(unusual_good_harnesses()))
 async def test_unusual_correct_stores_pass_everything(name: str) -> None:
     """Correct stores built unusually pass every clause; only the lease clauses skip.

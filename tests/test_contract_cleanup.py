@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import os
 from functools import partial
 from typing import Any, ClassVar
 
+import anyio
 import psycopg
 import pytest
 import trio
@@ -35,6 +38,7 @@ def _harness(cleanup: Any) -> Harness:
     return Harness(new_step_store=new, new_session_store=new, reopen=same, cleanup=cleanup)
 
 
+@pytest.mark.anyio
 async def test_cleanup_runs_after_every_clause_with_its_stores_closed() -> None:
     """Once per clause, each time with every store opened so far closed; once more at the end."""
     _Tracked.opened.clear()
@@ -49,12 +53,13 @@ async def test_cleanup_runs_after_every_clause_with_its_stores_closed() -> None:
     assert all(calls)
 
 
+@pytest.mark.anyio
 async def test_cleanup_runs_when_a_clause_fails_or_is_cancelled() -> None:
     """A failing clause and a cancelled certify() still clean up."""
     calls: list[str] = []
 
     async def cleanup() -> None:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         calls.append("clean")
 
     async def new() -> NewestFirst:
@@ -65,11 +70,50 @@ async def test_cleanup_runs_when_a_clause_fails_or_is_cancelled() -> None:
     assert report.failed
     assert calls == ["clean", "clean"]
     calls.clear()
-    with trio.move_on_after(0.01):
+    with anyio.move_on_after(0.01):
         await certify(harness, pattern="step.model-based")
     assert calls[-1:] == ["clean"]
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("source", ["asyncio.timeout", "Task.cancel"])
+async def test_cleanup_runs_when_asyncio_cancels_natively(source: str) -> None:
+    """asyncio's own cancellation sources interrupt certify() and still leave it cleaned up."""
+    calls: list[str] = []
+    loop = asyncio.get_running_loop()
+    cancel: list[Any] = []
+    opened = itertools.count()
+
+    async def cleanup() -> None:
+        await asyncio.sleep(0)
+        calls.append("clean")
+
+    async def new() -> _Tracked:
+        if next(opened) == 1:  # the clause's store (the first is the probe's): cancel now
+            cancel[0]()
+        return _Tracked()
+
+    harness = Harness(new_step_store=new, cleanup=cleanup)
+    run = certify(harness, pattern="step.order.oldest-first")
+    if source == "asyncio.timeout":
+
+        async def timed() -> None:
+            async with asyncio.timeout(None) as timeout:
+                cancel.append(lambda: timeout.reschedule(loop.time()))
+                await run
+
+        with pytest.raises(TimeoutError):
+            await timed()
+    else:
+        task = asyncio.ensure_future(run)
+        cancel.append(task.cancel)
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert calls == ["clean", "clean"]  # after the clause, and at the end
+
+
+@pytest.mark.anyio
 async def test_a_failing_cleanup_fails_the_clause_saying_so() -> None:
     """A cleanup that raises turns a passing clause into a failure naming the cleanup."""
 

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
-import trio
 from broken._good import GoodBoth
 
 from agentlooptest import Harness, certify
@@ -64,9 +64,25 @@ SPINS = [
 ]
 
 
+ASYNCIO_SPINS = [SPINS[0], SPINS[4], SPINS[11], SPINS[13]]
+"""Under asyncio: a representative few (a plain call, a thread round trip, a cancelled call)."""
+
+
 @pytest.mark.parametrize(("method", "clause_id"), SPINS, ids=lambda v: str(v))
 async def test_a_spinning_method_fails_its_clause_in_time(method: str, clause_id: str) -> None:
     """The clause fails within its timeout, naming the spinning method and the clause's line."""
+    await _fails_in_time(method, clause_id)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize(("method", "clause_id"), ASYNCIO_SPINS, ids=lambda v: str(v))
+async def test_a_spinning_method_fails_in_time_under_asyncio(method: str, clause_id: str) -> None:
+    """asyncio has no instruments: the watchdog sees the loop stop turning instead."""
+    await _fails_in_time(method, clause_id)
+
+
+async def _fails_in_time(method: str, clause_id: str) -> None:
     # A model-based clause reaches the method after some thread round trips: under load
     # that takes longer than TIMEOUT, and the clause would fail as hung elsewhere first.
     timeout = 3.0 if clause_id.endswith("model-based") else TIMEOUT
@@ -81,6 +97,7 @@ async def test_a_spinning_method_fails_its_clause_in_time(method: str, clause_id
     assert took < 10 * timeout + 3, took
 
 
+@pytest.mark.anyio
 async def test_a_spinning_aclose_fails_in_time() -> None:
     """aclose spinning is caught too (the clause's stores are closed inside its deadline)."""
     report = await certify(
@@ -89,6 +106,7 @@ async def test_a_spinning_aclose_fails_in_time() -> None:
     assert "Spins.aclose" in report.result("step.closed").message
 
 
+@pytest.mark.anyio
 async def test_a_spinning_factory_is_reported_once() -> None:
     """A factory that spins fails its protocol once in full; the other clauses refer to it."""
 
@@ -105,6 +123,7 @@ async def test_a_spinning_factory_is_reported_once() -> None:
     assert all(len(r.message.splitlines()) == 2 for r in rest)
 
 
+@pytest.mark.anyio
 async def test_a_store_swallowing_base_exceptions_is_still_ended() -> None:
     """A spin that catches the watchdog's exception and goes on is interrupted again."""
     swallowed = []
@@ -232,11 +251,12 @@ def test_pytest_ends_a_spinning_store_with_the_clause_text(tmp_path: Path) -> No
     assert "During handling" not in run.stdout
 
 
-async def test_trio_is_usable_after_a_spin_was_interrupted() -> None:
+@pytest.mark.anyio
+async def test_the_loop_is_usable_after_a_spin_was_interrupted() -> None:
     """The interrupted run goes on: a later clause of the same certify() passes."""
     report = await certify(
         _harness(_spinning("exists")), pattern="session.get.unknown", clause_timeout=TIMEOUT
     )
     assert report.result("session.get.unknown-returns-id").outcome == "passed"
     assert report.result("session.get.unknown-creates-nothing").outcome == "failed"
-    await trio.lowlevel.checkpoint()
+    await anyio.lowlevel.checkpoint()

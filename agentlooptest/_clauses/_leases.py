@@ -13,7 +13,7 @@ import json
 import time
 from typing import Any, cast
 
-import trio
+import anyio
 
 from agentloop import Lease, Session, SessionInfo, StepStore, SupportsRevisions
 from agentlooptest._clause import Violation, expect
@@ -36,12 +36,12 @@ def fresh_owner(role: str) -> str:
 
 
 async def real_sleep(seconds: float) -> None:
-    """Sleep ``seconds`` of wall-clock time, whatever clock trio runs on (leases expire in it)."""
+    """Sleep ``seconds`` of wall-clock time, whatever the loop's clock (leases expire in it)."""
     deadline = time.monotonic() + seconds
-    await trio.sleep(seconds)
+    await anyio.sleep(seconds)
     left = deadline - time.monotonic()
     if left > 0:  # trio runs on a fake clock (MockClock): the store's clock has not moved
-        await trio.to_thread.run_sync(time.sleep, left)
+        await anyio.to_thread.run_sync(time.sleep, left)
 
 
 async def outlive() -> None:

@@ -2,8 +2,8 @@
 
 Not a clause module: ``step_model_based`` and ``session_model_based`` import
 it when their clause runs. Hypothesis has no async rules, so the state
-machine runs in a worker thread (``trio.to_thread.run_sync``) and reaches the
-store through ``trio.from_thread.run``, all inside the clause's own trio run.
+machine runs in a worker thread (:func:`_program.run_machine_thread`) and reaches
+the store through :func:`_program.on_loop`, all inside the clause's own event loop run.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import hypothesis.internal.conjecture.engine
-import trio
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.reporting import with_reporter
@@ -69,8 +68,12 @@ SUMMARIES = st.builds(
 
 
 def _open(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-    """Await ``fn(*args)`` on the trio thread (opening, closing: not part of the program)."""
-    return trio.from_thread.run(fn, *args)
+    """Await ``fn(*args)`` on the event loop thread (opening, closing: not part of the program)."""
+
+    async def opened() -> T:
+        return await fn(*args)
+
+    return _program.on_loop(opened)
 
 
 class StepMachine(RuleBasedStateMachine):

@@ -6,14 +6,18 @@ the log after a failure is that program, call by call.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import concurrent.futures
+from collections.abc import Callable, Coroutine
+from contextvars import ContextVar
 from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
 
-import trio
+import anyio
+from anyio.from_thread import BlockingPortal
 
 from agentloop import RunStep
+from agentloop._backend import on_trio
 from agentlooptest._data import T0
 
 T = TypeVar("T")
@@ -47,10 +51,87 @@ def start() -> None:
     _LOG.clear()
 
 
-def call(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-    """Await ``fn(*args)`` on the trio thread that started the machine, logging the call."""
+def call(fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+    """Await ``fn(*args)`` on the event loop thread that started the machine, logging the call."""
     _LOG.append(show_call(fn, args))
-    return trio.from_thread.run(fn, *args)
+    return on_loop(fn, *args)
+
+
+class _Calls:
+    """How the machine's thread reaches the loop under asyncio: a portal, and a stop flag."""
+
+    def __init__(self) -> None:
+        self.portal: BlockingPortal | None = None
+        self.stopped = False
+
+
+_CALLS: ContextVar[_Calls | None] = ContextVar("agentlooptest_calls", default=None)
+
+
+class _Cancelled(BaseException):
+    """The clause was cancelled: the machine (in its thread) stops at its next store call.
+
+    A ``BaseException``, so hypothesis does not take it for a failing example.
+    """
+
+
+def on_loop(fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+    """From the machine's worker thread: await ``fn(*args)`` on the event loop, cancellably.
+
+    Once the clause is cancelled the call raises (the backend's cancellation
+    under trio), so the machine stops instead of running its examples out.
+    """
+    calls = _CALLS.get()
+    if calls is None:
+        return anyio.from_thread.run(fn, *args)
+    if calls.stopped or calls.portal is None:
+        raise _Cancelled
+    try:
+        result: T = calls.portal.call(fn, *args)
+    except concurrent.futures.CancelledError:
+        calls.stopped = True
+        raise _Cancelled from None
+    return result
+
+
+async def run_machine_thread(fn: Callable[..., object], *args: Any) -> None:
+    """Run ``fn(*args)`` in a worker thread whose :func:`on_loop` calls share our cancellation.
+
+    Under trio, ``from_thread.run`` already runs in the cancellation context
+    of the ``to_thread`` call. anyio's asyncio backend runs such calls inside
+    the shield that keeps the thread's wait uncancellable, so under asyncio
+    the calls go through a portal inside a scope of ours, and a watcher task
+    cancels that scope and stops the machine when the clause is cancelled
+    (its timeout too): the running store call is cancelled, and the next one
+    raises at once.
+    """
+    if on_trio():
+        await anyio.to_thread.run_sync(fn, *args)
+        return
+    calls, cancelled = _Calls(), False
+
+    async def watch(scope: anyio.CancelScope) -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            calls.stopped = True
+            scope.cancel()
+
+    async with anyio.create_task_group() as tasks:
+        with anyio.CancelScope() as scope:
+            tasks.start_soon(watch, scope)
+            async with BlockingPortal() as calls.portal:
+                token = _CALLS.set(calls)  # the worker thread runs in a copy of this context
+                try:
+                    await anyio.to_thread.run_sync(fn, *args)
+                except _Cancelled:
+                    cancelled = True
+                finally:
+                    _CALLS.reset(token)
+        tasks.cancel_scope.cancel()
+    if cancelled:
+        await anyio.lowlevel.checkpoint()  # the clause's cancellation, delivered here
+        raise RuntimeError("the machine's store calls were cancelled from outside")
 
 
 def show_call(fn: Callable[..., Any], args: tuple[Any, ...]) -> str:

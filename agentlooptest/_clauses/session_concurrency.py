@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-import trio
+import anyio
 
 from agentloop import FinalizeSummary, RunStatus, Session, SupportsPut
 from agentlooptest._clause import clause, expect
@@ -15,6 +15,17 @@ from agentlooptest._stores import open_sessions
 
 if TYPE_CHECKING:
     from agentlooptest._harness import Harness
+
+
+def _writer_doc(k: int) -> str:
+    """Writer ``k``'s document; odd writers list its keys in reverse.
+
+    A store that applies a document key by key then ends with keys from two
+    writers even when the tasks run in lockstep (asyncio's FIFO scheduling):
+    the last writer of the first key is not the last writer of the last one.
+    """
+    items = [("writer", k), ("copy", k), ("a", k), ("b", [k]), ("c", {"k": k})]
+    return json.dumps(dict(items if k % 2 == 0 else reversed(items)))
 
 
 @clause(
@@ -29,13 +40,10 @@ async def _same_session(h: Harness) -> None:
     async with open_sessions(h) as store:
         for storm in range(6):
             sid = f"shared-{storm}"
-            written = [
-                json.dumps({"writer": k, "copy": k, "a": k, "b": [k], "c": {"k": k}})
-                for k in range(60)
-            ]
-            async with trio.open_nursery() as nursery:
+            written = [_writer_doc(k) for k in range(60)]
+            async with anyio.create_task_group() as tasks:
                 for doc in written:
-                    nursery.start_soon(store.update_data, sid, doc)
+                    tasks.start_soon(store.update_data, sid, doc)
             got = await store.get(sid)
             expect(
                 any(json_equal(doc, got.data) for doc in written),
@@ -62,9 +70,9 @@ async def _many(h: Harness) -> None:
             await store.update_data(sid, json.dumps({"owner": sid}))
             await store.finalize(sid, FinalizeSummary(RunStatus.completed, step_count=k))
 
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as tasks:
             for k, sid in enumerate(ids):
-                nursery.start_soon(write, k, sid)
+                tasks.start_soon(write, k, sid)
         for sid in ids:
             await expect_data(
                 store,
@@ -85,10 +93,13 @@ async def _many(h: Harness) -> None:
 async def _first_writes(h: Harness) -> None:
     async with open_sessions(h) as store:
         ids = [f"new{k}" for k in range(60)]
-        async with trio.open_nursery() as nursery:
-            for sid in ids:
-                nursery.start_soon(store.update_data, sid, json.dumps({"first": sid}))
-                nursery.start_soon(store.finalize, sid, DONE)
+        async with anyio.create_task_group() as tasks:
+            for k, sid in enumerate(ids):  # either may start first, also under FIFO scheduling
+                if k % 2:
+                    tasks.start_soon(store.finalize, sid, DONE)
+                tasks.start_soon(store.update_data, sid, json.dumps({"first": sid}))
+                if not k % 2:
+                    tasks.start_soon(store.finalize, sid, DONE)
         for sid in ids:
             await expect_data(
                 store,
@@ -127,11 +138,11 @@ async def _read_your_writes(h: Harness) -> None:
         async def reader() -> None:
             while not done:  # a get that never yields must not starve the writer
                 await store.get(sid)
-                await trio.lowlevel.checkpoint()
+                await anyio.lowlevel.checkpoint()
 
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as tasks:
             for _ in range(3):
-                nursery.start_soon(reader)
+                tasks.start_soon(reader)
             try:
                 for k in range(1, ROUNDS + 1):
                     await store.update_data(sid, _doc(k))
@@ -171,11 +182,11 @@ async def _finalize_keeps_data(h: Harness) -> None:
                 k += 1
                 await store.finalize(sid, FinalizeSummary(RunStatus.completed, step_count=k))
                 written[0] += k
-                await trio.lowlevel.checkpoint()
+                await anyio.lowlevel.checkpoint()
 
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as tasks:
             for _ in range(2):
-                nursery.start_soon(finalizer)
+                tasks.start_soon(finalizer)
             try:
                 for k in range(1, ROUNDS + 1):
                     by_put = can_put and k % 4 == 0

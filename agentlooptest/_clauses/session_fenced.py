@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-import trio
+import anyio
 
 from agentloop import (
     FinalizeSummary,
@@ -141,7 +141,7 @@ starts ``d`` checkpoints after the write, at ``d < 0`` the write ``-d`` after th
 
 async def _checkpoints(count: int) -> None:
     for _ in range(count):
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
 
 
 async def _shows_late(store: Any, view: Any, sid: str, op: str) -> bool:
@@ -179,9 +179,9 @@ async def _race_once(store: Any, view: Any, sid: str, op: str, delay: int) -> No
         await take_over(store, sid, fresh_owner("b"), f"the takeover of {sid!r}")
         first_read.append(await _shows_late(store, view, sid, op))
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(old_holder)
-        nursery.start_soon(new_holder)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(old_holder)
+        tasks.start_soon(new_holder)
     landed = outcome == ["returned"]
     later = await _shows_late(store, view, sid, op)
     expect(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import trio
+import anyio
 
 from agentloop import Lease, LeaseLostError
 from agentlooptest._clause import clause, expect, expect_refused
@@ -42,9 +42,9 @@ async def _race_acquirers(first: Any, second: Any, sid: str, did: str) -> Lease:
         owner = fresh_owner(f"racer{k}")
         results[owner] = await (first if k % 2 == 0 else second).acquire_lease(sid, owner, LONG_TTL)
 
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as tasks:
         for k in range(ACQUIRERS):
-            nursery.start_soon(one, k)
+            tasks.start_soon(one, k)
     winners = {owner: got for owner, got in results.items() if got is not None}
     expect(
         len(winners) == 1,

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-import trio
+import anyio
 
 from agentloop import FinalizeSummary, RunStatus, Session, SessionInfo
 from agentlooptest._clause import Violation, clause, expect
@@ -191,7 +191,7 @@ async def _one_write_moves(
     # (whole seconds) gets longer pauses, up to one second, before a frozen updated_at fails.
     waited = 0.0
     for k, pause in enumerate((0.002, 0.02, 0.2, 1.0)):
-        await trio.to_thread.run_sync(time.sleep, pause)
+        await anyio.to_thread.run_sync(time.sleep, pause)
         waited += pause
         await write(sid, k)
         later = _info(await _listed(store), sid)

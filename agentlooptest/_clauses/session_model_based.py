@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import trio
-
 from agentlooptest._clause import clause
 
 if TYPE_CHECKING:
@@ -26,6 +24,6 @@ if TYPE_CHECKING:
     ),
 )
 async def _session_model(h: Harness) -> None:
-    from agentlooptest._clauses import _machines  # imported late: see the module docstring
+    from agentlooptest._clauses import _machines, _program  # late: see the module docstring
 
-    await trio.to_thread.run_sync(_machines.run_machine, _machines.SessionMachine, h)
+    await _program.run_machine_thread(_machines.run_machine, _machines.SessionMachine, h)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-import trio
+import anyio
 
 from agentloop import RevisionConflictError, Session, SupportsRevisions
 from agentlooptest._cancel import Points, cancel_at, still_usable
@@ -127,10 +127,10 @@ async def _one_winner(h: Harness) -> None:
         for round_ in range(3):
             wins: list[str] = []
             lost: list[str] = []
-            async with trio.open_nursery() as nursery:
+            async with anyio.create_task_group() as tasks:
                 for k in range(16):
                     snapshot = f'{{"r": {round_}, "k": {k}}}'
-                    nursery.start_soon(_contend, store, snapshot, base, wins, lost)
+                    tasks.start_soon(_contend, store, snapshot, base, wins, lost)
             did = f"16 tasks called update_data_if('w', ..., {base}) at once (round {round_})"
             expect(
                 len(wins) == 1 and len(lost) == 15,

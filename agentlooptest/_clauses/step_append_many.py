@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING
 
-import trio
+import anyio
 
 from agentloop import RunStep, SupportsAppendMany
 from agentlooptest._cancel import Points, cancel_at, still_usable
@@ -87,11 +87,11 @@ async def _atomic(h: Harness) -> None:
             await _expect_trace(s, "t", [], did + ", then last_n('t')")
         # Batches side by side (group commit may merge them): a refused one fails alone.
         good = [[step(f"g{k}", i) for i in range(3)] for k in range(4)]
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as tasks:
             for batch_ok in good:
-                nursery.start_soon(_batch, s, batch_ok)
+                tasks.start_soon(_batch, s, batch_ok)
             bad: list[object] = [step("s", 5), None]
-            nursery.start_soon(_refused, s, bad, "a bad batch beside 4 good ones")
+            tasks.start_soon(_refused, s, bad, "a bad batch beside 4 good ones")
         for batch_ok in good:
             sid = batch_ok[0].session_id
             did = "4 batches appended beside a refused one, then last_n"

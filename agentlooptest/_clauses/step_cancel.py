@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-import trio
+import anyio
 
 from agentloop import RunStep
 from agentlooptest._cancel import Points, cancel_at, still_usable
@@ -99,8 +99,8 @@ async def _cancel_amid_appends(s: Steps) -> None:
             for other in others:
                 await s.append(other)
 
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(other_task)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(other_task)
             done = await cancel_at(partial(s.store.append, new), point)
         points.finished(done)
         got = await still_usable(f"last_n({sid!r}, 10)", partial(s.last_n, sid, 10))

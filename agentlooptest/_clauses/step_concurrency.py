@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
-import trio
+import anyio
 
 from agentloop import RunStep, SupportsAll
 from agentlooptest._clause import clause, expect
@@ -35,10 +35,10 @@ async def _concurrent_appends(
         for seq in range(per_task):
             await s.store.append(step(sid, seq, content=f"{task}:{seq}"))
 
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as tasks:
         for t in range(tasks_per_session):
             for sid in sessions:
-                nursery.start_soon(writer, sid, t)
+                tasks.start_soon(writer, sid, t)
     total = tasks_per_session * per_task
     did = (
         f"{tasks_per_session} tasks per session x {len(sessions)} session(s) appended "
@@ -124,13 +124,13 @@ async def _read_during_append(h: Harness) -> None:
                     torn.append(f"{what}: {_runs(seqs)}")
                 elif seqs and len(seqs) < limit and seqs[0] != 0:
                     torn.append(f"{what}: {_runs(seqs)} (short, not starting at the first step)")
-                await trio.lowlevel.checkpoint()
+                await anyio.lowlevel.checkpoint()
 
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(writer)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(writer)
             for what, read in reads:
                 for _ in range(2):
-                    nursery.start_soon(reader, what, read)
+                    tasks.start_soon(reader, what, read)
         expect(
             not torn,
             did=f"one task appended steps 0..{total - 1} to 'busy' while two tasks each called "

@@ -10,7 +10,7 @@ import itertools
 from datetime import UTC, datetime
 from typing import Any
 
-import trio
+import anyio
 
 from agentloop import (
     FinalizeSummary,
@@ -23,6 +23,7 @@ from agentloop import (
     validate_n,
     validate_session_id,
 )
+from agentloop._backend import call_ends, call_starts
 from agentlooptest._data import T0
 
 
@@ -31,18 +32,18 @@ class _Base:
         self.closed = False
 
     async def enter(self) -> None:
-        """Trio's convention, first half: raise if cancelled, refuse if closed."""
-        await trio.lowlevel.checkpoint_if_cancelled()
+        """The store-call convention, first half: raise if cancelled, refuse if closed."""
+        await call_starts()
         if self.closed:
             raise StoreClosedError(f"{type(self).__name__} is closed")
 
     async def leave(self) -> None:
-        """Trio's convention, second half: yield once, never report a completed call cancelled."""
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        """The convention's second half: never report a completed call cancelled."""
+        await call_ends()
 
     async def aclose(self) -> None:
         """Close; idempotent."""
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         self.closed = True
 
 
@@ -370,7 +371,7 @@ class GoodPaged(GoodBoth):
         rows = list(rows[:end])  # a delete meanwhile must not tear the snapshot either
         for first in range(start, end, PAGE):
             got += rows[first : min(first + PAGE, end)]
-            await trio.lowlevel.cancel_shielded_checkpoint()
+            await anyio.lowlevel.cancel_shielded_checkpoint()
         if start >= end:
             await self.leave()
         return got
@@ -383,7 +384,7 @@ class GoodPaged(GoodBoth):
         got: list[SessionInfo] = []
         for first in range(0, len(rows), PAGE):
             got += rows[first : first + PAGE]
-            await trio.lowlevel.cancel_shielded_checkpoint()
+            await anyio.lowlevel.cancel_shielded_checkpoint()
         if not rows:
             await self.leave()
         return got

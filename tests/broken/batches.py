@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import trio
+import anyio
 
 from agentloop import RevisionConflictError, RunStep, Session, validate_session_id
 
@@ -57,7 +57,7 @@ class BatchPartialOnCancel(GoodSteps):
         await self.enter()
         for step in steps:
             self.steps.setdefault(step.session_id, []).append(step)
-            await trio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
         await self.leave()
 
 
@@ -132,7 +132,7 @@ class GetManyLeaksOnCancel(GoodSessions):
         if self.busy:
             raise RuntimeError("store busy: a previous get_many never finished")
         self.busy = True
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         got = await super().get_many(session_ids)
         self.busy = False
         return got
@@ -175,7 +175,7 @@ class BumpsBeforeWrite(GoodSessions):
         if self.revisions.get(session_id, 0) != revision:
             raise RevisionConflictError("stale")
         self.bump(session_id)
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         self.set_data(session_id, snapshot)
         await self.leave()
         return self.revisions[session_id]

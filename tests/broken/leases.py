@@ -11,8 +11,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import anyio
 import attrs
-import trio
 
 from agentloop import Lease, LeaseLostError, RunStep, Session, validate_session_id
 from agentloop._validate import check_seconds, validate_owner
@@ -38,7 +38,7 @@ class Fenced:
     """A view of a ``Leased`` store: writes to the leased session check the lease first.
 
     The check and the write run with no checkpoint between them, so on one
-    trio thread nothing can take the lease in between. Everything else passes
+    event-loop thread nothing can take the lease in between. Everything else passes
     straight to the store.
     """
 
@@ -193,7 +193,7 @@ class IgnoresExpiry(Leased):
 class _FenceThenAwait(Fenced):
     async def guard(self, session_id: str) -> None:
         await super().guard(session_id)
-        await trio.sleep(0.01)  # the write goes out in another round trip
+        await anyio.sleep(0.01)  # the write goes out in another round trip
 
 
 class FenceOutsideTheWrite(Leased):
@@ -283,7 +283,7 @@ class SecondOwner(Leased):
         if held is not None and self.live(held, datetime.now(UTC)) and held.owner != owner:
             await self.leave()
             return None
-        await trio.lowlevel.checkpoint()  # the grant goes out in another round trip
+        await anyio.lowlevel.checkpoint()  # the grant goes out in another round trip
         now = datetime.now(UTC)
         token = self.next_token(self.leases.get(session_id))
         self.leases[session_id] = _Held(owner, token, now + timedelta(seconds=ttl))
@@ -323,5 +323,5 @@ class GrantsThenCancels(Leased):
         self.check(session_id, owner, ttl)
         await self.enter()
         lease = self.grant(session_id, owner, ttl)
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         return lease

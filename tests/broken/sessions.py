@@ -8,7 +8,7 @@ import re
 import unicodedata
 from typing import Any, ClassVar
 
-import trio
+import anyio
 
 from agentloop import FinalizeSummary, Session, SessionInfo, StoreError
 
@@ -181,7 +181,7 @@ class TornWrites(GoodSessions):
             merged = json.loads(current) if current and current.startswith("{") else {}
             merged[key] = value
             record.session = Session(session_id, data=json.dumps(merged))
-            await trio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
 
 
 class CrossedWrites(GoodSessions):
@@ -192,7 +192,7 @@ class CrossedWrites(GoodSessions):
     async def update_data(self, session_id: str, snapshot: str | None) -> None:
         await self.enter()
         self.staged = (session_id, snapshot)
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         assert self.staged is not None
         await super().update_data(*self.staged)
 
@@ -203,7 +203,7 @@ class CheckThenInsert(GoodSessions):
     async def finalize(self, session_id: str, summary: FinalizeSummary) -> None:
         await self.enter()
         known = session_id in self.records
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         if not known:
             self.records[session_id] = _Record(Session(session_id), next(self.seq))
         await super().finalize(session_id, summary)
@@ -214,7 +214,7 @@ class PartialOnCancel(GoodSessions):
 
     async def update_data(self, session_id: str, snapshot: str | None) -> None:
         await super().update_data(session_id, None)
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         await super().update_data(session_id, snapshot)
 
 
@@ -223,12 +223,12 @@ class LeaksLockOnCancel(GoodSessions):
 
     def __init__(self) -> None:
         super().__init__()
-        self.lock = trio.Lock()
+        self.lock = anyio.Lock()
 
     async def get(self, session_id: str) -> Session:
         await self.lock.acquire()
         got = await super().get(session_id)
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         self.lock.release()
         return got
 
@@ -241,7 +241,7 @@ class IgnoresClose(GoodSessions):
     """aclose does nothing: the store keeps answering."""
 
     async def aclose(self) -> None:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
 
 
 class PutDropsPrompt(GoodSessions):
@@ -357,7 +357,7 @@ class PartialDelete(GoodSessions):
         if record is not None:
             await self.enter()
             record.session = Session(session_id)
-            await trio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
         return await super().delete_session(session_id)
 
 
@@ -407,7 +407,7 @@ class CacheAsideSessions(GoodSessions):
     async def get(self, session_id: str) -> Session:
         cached = self.cache.get(session_id)
         if cached is not None:
-            await trio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
             return cached
         got = await super().get(session_id)
         self.cache[session_id] = got
@@ -416,7 +416,7 @@ class CacheAsideSessions(GoodSessions):
     async def invalidate(self, session_id: str) -> None:
         """Drop the cached row, then pay the write's round trip."""
         self.cache.pop(session_id, None)
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
 
     async def update_data(self, session_id: str, snapshot: str | None) -> None:
         await self.invalidate(session_id)
@@ -440,7 +440,7 @@ class FinalizeStaleRow(GoodSessions):
             await super().finalize(session_id, summary)
             return
         loaded = record.session
-        await trio.sleep(0.002)
+        await anyio.sleep(0.002)
         await super().finalize(session_id, summary)
         record.session = loaded
 

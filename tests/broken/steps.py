@@ -8,8 +8,8 @@ import unicodedata
 from datetime import timedelta
 from typing import Any, ClassVar
 
+import anyio
 import attrs
-import trio
 
 from agentloop import RunStep, StepType
 
@@ -219,7 +219,7 @@ class LostAppends(GoodSteps):
     async def append(self, step: RunStep) -> None:
         await self.enter()
         current = list(self.steps.get(step.session_id, []))
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         self.steps[step.session_id] = [*current, step]
 
 
@@ -231,7 +231,7 @@ class CrossedAppends(GoodSteps):
     async def append(self, step: RunStep) -> None:
         await self.enter()
         self.staged = step
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         assert self.staged is not None
         self.steps.setdefault(self.staged.session_id, []).append(self.staged)
 
@@ -243,7 +243,7 @@ class PartialOnCancel(GoodSteps):
         await self.enter()
         steps = self.steps.setdefault(step.session_id, [])
         steps.append(attrs.evolve(step, tool_args="{}"))
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         steps[-1] = step
 
 
@@ -252,12 +252,12 @@ class LeaksLockOnCancel(GoodSteps):
 
     def __init__(self) -> None:
         super().__init__()
-        self.lock = trio.Lock()
+        self.lock = anyio.Lock()
 
     async def last_n(self, session_id: str, n: int) -> list[RunStep]:
         await self.lock.acquire()
         got = await super().last_n(session_id, n)
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         self.lock.release()
         return got
 
@@ -270,7 +270,7 @@ class IgnoresClose(GoodSteps):
     """aclose does nothing: the store keeps answering."""
 
     async def aclose(self) -> None:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
 
 
 class AllNewestFirst(GoodSteps):
@@ -308,7 +308,7 @@ class PartialDelete(GoodSteps):
             return False
         while steps:
             steps.pop()
-            await trio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
         del self.steps[session_id]
         return True
 
@@ -335,7 +335,7 @@ class TornReads(GoodSteps):
         got: list[RunStep] = []
         for k in range(min(n, len(steps))):
             got.insert(0, steps[len(steps) - 1 - k])
-            await trio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
         return got
 
 
@@ -354,7 +354,7 @@ class PagedReads(GoodSteps):
                 return got
             end = len(steps) - len(got)
             got[:0] = steps[max(end - self.PAGE, len(steps) - total) : end]
-            await trio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
 
     async def last_n(self, session_id: str, n: int) -> list[RunStep]:
         got = await super().last_n(session_id, n)
@@ -403,7 +403,7 @@ class PartialFirstAppend(GoodSteps):
             return
         placeholder = attrs.evolve(step, tool_args="{}")
         await super().append(placeholder)
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         trace = self.steps[step.session_id]
         trace[trace.index(placeholder)] = step
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import trio
+import anyio
 
 from agentloop import RunStep, Session, SessionInfo
 
@@ -45,8 +45,8 @@ class RollbackTruncates(GoodSteps):
         seen = len(rows)
         rows.append(step)
         try:
-            await trio.lowlevel.checkpoint()  # the round trip that commits
-        except trio.Cancelled:
+            await anyio.lowlevel.checkpoint()  # the round trip that commits
+        except anyio.get_cancelled_exc_class():
             del rows[seen:]  # also whatever another task appended meanwhile
             raise
 
@@ -152,7 +152,7 @@ class ChunksLargeData(GoodSessions):
     async def update_data(self, session_id: str, snapshot: str | None) -> None:
         if isinstance(snapshot, str) and len(snapshot) > 65536:
             await super().update_data(session_id, None)
-            await trio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
         await super().update_data(session_id, snapshot)
 
 
@@ -162,7 +162,7 @@ class UpdateRestoresSummary(GoodSessions):
     async def update_data(self, session_id: str, snapshot: str | None) -> None:
         record = self.records.get(self.key(session_id))
         read = (record.final, record.total) if record is not None else None
-        await trio.lowlevel.checkpoint()  # the round trip between the read and the write
+        await anyio.lowlevel.checkpoint()  # the round trip between the read and the write
         await super().update_data(session_id, snapshot)
         if record is not None and read is not None:
             record.final, record.total = read
