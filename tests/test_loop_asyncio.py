@@ -169,7 +169,7 @@ async def test_cancel_pending_before_the_lock_lands_there_whatever_the_stores(so
     """A cancellation pending when ``run`` starts lands before the lock, even when the
     store calls cannot deliver it: the store is never called."""
     sessions = _NoCheckpointSessions()
-    loop = Loop(model=ScriptedModel(["never"]), sessions=sessions)  # type: ignore[arg-type]
+    loop = Loop(model=ScriptedModel(["never"]), sessions=sessions)
 
     async def run() -> None:
         with anyio.CancelScope() as scope:
@@ -212,3 +212,24 @@ async def test_free_lock_of_a_run_under_asyncio_takes_no_extra_schedule_point() 
     await task
     # acquire_lease, get, last_n, append(user), complete, append(response), finalize, release
     assert ticks - before == 8
+
+
+async def test_scripted_model_complete_is_a_checkpoint_under_asyncio() -> None:
+    """A cancelled ``complete`` consumes no reply; an uncancelled one yields to the loop."""
+    model = ScriptedModel(["a"])
+    request = ModelRequest("", "", (), (), None)
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await model.complete(request)
+    assert scope.cancelled_caught
+    assert model.remaining == 1
+    other_ran = False
+
+    async def other() -> None:
+        nonlocal other_ran
+        other_ran = True
+
+    task = asyncio.create_task(other())
+    assert (await model.complete(request)).content == "a"
+    assert other_ran
+    await task

@@ -61,6 +61,7 @@ async def test_fenced_append_after_takeover_is_refused() -> None:
     lease = await sessions.acquire_lease("s", "me", 30)
     assert lease is not None
     view = sessions.fenced(lease)
+    assert isinstance(view, FencedStore)
     await view.append(RunStep("s", 0, StepType.user, "hi"))
     await sessions.release_lease(lease)
     assert await sessions.acquire_lease("s", "other", 30) is not None
