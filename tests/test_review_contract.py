@@ -1,0 +1,153 @@
+"""Review findings for the contract under asyncio: stores that raise ``CancelledError`` themselves.
+
+Under asyncio ``CancelledError`` is a ``BaseException`` any store can raise.
+One that does so although nothing cancelled the call must fail the clause
+(or the factory, or the cleanup) it happened in, with a clear message; it
+must not end ``certify`` (or the CLI) with a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from broken._good import GoodBoth
+
+from agentloop import RunStep
+from agentlooptest import Harness, certify
+from agentlooptest._report import Report
+
+
+class CancelsLastN(GoodBoth):
+    """``last_n`` raises a bare ``CancelledError``."""
+
+    async def last_n(self, session_id: str, n: int) -> list[RunStep]:
+        raise asyncio.CancelledError
+
+
+class CancelsOnClose(GoodBoth):
+    """``aclose`` raises a bare ``CancelledError``."""
+
+    async def aclose(self) -> None:
+        raise asyncio.CancelledError
+
+
+def harness_of(cls: type, **extra: Any) -> Harness:
+    async def new() -> Any:
+        return cls()
+
+    return Harness(new_step_store=new, new_session_store=new, **extra)
+
+
+def certify_asyncio(harness: Harness, pattern: str) -> Report:
+    async def run() -> Report:
+        return await certify(harness, pattern=pattern, clause_timeout=20)
+
+    return anyio.run(run, backend="asyncio")
+
+
+def test_a_store_call_raising_cancelled_fails_its_clause() -> None:
+    report = certify_asyncio(harness_of(CancelsLastN), "step.order.oldest-first")
+    [result] = report.results
+    assert result.outcome == "failed"
+    assert "CancelsLastN.last_n" in result.message
+    assert "raised CancelledError, although nothing cancelled it" in result.message
+
+
+def test_a_factory_raising_cancelled_fails_the_factory() -> None:
+    async def new() -> Any:
+        raise asyncio.CancelledError
+
+    report = certify_asyncio(
+        Harness(new_step_store=new, new_session_store=new), "step.order.oldest-first"
+    )
+    [result] = report.results
+    assert result.outcome == "failed"
+    assert "[step.factory]" in result.message
+    assert "SpuriousCancel" in result.message
+
+
+def test_an_aclose_raising_cancelled_fails_the_factory_probe() -> None:
+    report = certify_asyncio(harness_of(CancelsOnClose), "session.get.unknown*")
+    assert report.results
+    assert all(r.outcome == "failed" for r in report.results)
+    assert "CancelledError" in report.results[0].message
+
+
+def test_a_cleanup_raising_cancelled_is_reported() -> None:
+    async def cleanup() -> None:
+        raise asyncio.CancelledError
+
+    report = certify_asyncio(harness_of(GoodBoth, cleanup=cleanup), "step.order.oldest-first")
+    [result] = report.results
+    assert result.outcome == "failed"
+    assert "cleanup() raised CancelledError" in result.message
+    assert any("cleanup() raised CancelledError" in note for note in report.notes)
+
+
+def test_a_real_cancellation_still_cancels_certify() -> None:
+    """A ``Task.cancel()`` of the task running certify is not taken for the store's own."""
+
+    class Slow(GoodBoth):
+        async def last_n(self, session_id: str, n: int) -> list[RunStep]:
+            await asyncio.sleep(30)
+            return []
+
+    async def run() -> None:
+        task = asyncio.ensure_future(certify(harness_of(Slow), pattern="step.order.oldest-first"))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(run())
+
+
+_TARGET = textwrap.dedent(
+    """
+    import asyncio
+    from agentlooptest import Harness
+    from broken._good import GoodBoth
+
+    class CancelsLastN(GoodBoth):
+        async def last_n(self, session_id, n):
+            raise asyncio.CancelledError()
+
+    async def new():
+        return CancelsLastN()
+
+    harness = Harness(new_step_store=new, new_session_store=new)
+    """
+)
+
+
+def test_cli_reports_it_and_exits_1(tmp_path: Path) -> None:
+    (tmp_path / "cancelling_store.py").write_text(_TARGET)
+    tests = Path(__file__).resolve().parent
+    root = tests.parent
+    out = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "agentlooptest", "certify", "--backend", "asyncio"]
+        + ["-k", "step.order.*", "--json", str(out), "cancelling_store:harness"],
+        cwd=tmp_path,
+        env={"PYTHONPATH": f"{root}:{tests}", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    doc = json.loads(out.read_text())
+    assert doc["ok"] is False
+    [target] = doc["targets"]
+    results = target["results"]
+    assert results and all(r["outcome"] == "failed" for r in results)
+    assert "raised CancelledError" in results[0]["message"]
