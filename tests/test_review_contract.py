@@ -151,3 +151,45 @@ def test_cli_reports_it_and_exits_1(tmp_path: Path) -> None:
     results = target["results"]
     assert results and all(r["outcome"] == "failed" for r in results)
     assert "raised CancelledError" in results[0]["message"]
+
+
+class SwallowsTaskCancel(GoodBoth):
+    """``append`` swallows a ``CancelledError`` and appends anyway: a ``Task.cancel()`` is lost."""
+
+    async def append(self, step: RunStep) -> None:
+        try:
+            await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            pass
+        await super().append(step)
+
+
+class UncancelsTaskCancel(GoodBoth):
+    """``append`` withdraws the caller's request (``uncancel()``) and appends anyway."""
+
+    async def append(self, step: RunStep) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        try:
+            await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            task.uncancel()
+        await super().append(step)
+
+
+@pytest.mark.parametrize("cls", [SwallowsTaskCancel, UncancelsTaskCancel])
+def test_a_store_swallowing_task_cancel_fails_the_cancel_clause(cls: type) -> None:
+    """An anyio scope re-delivers a swallowed cancellation; a native ``Task.cancel()`` does not.
+
+    So these stores pass the scope-based points; the native ones catch them.
+    """
+    report = certify_asyncio(harness_of(cls), "step.cancel.append")
+    [result] = report.results
+    assert result.outcome == "failed"
+    assert "Task.cancel()" in result.message
+    assert "the cancellation was never delivered" in result.message
+
+
+def test_a_correct_store_passes_the_task_cancel_points() -> None:
+    report = certify_asyncio(harness_of(GoodBoth), "step.cancel.append")
+    assert [r.outcome for r in report.results] == ["passed"]
