@@ -9,6 +9,7 @@ must not end ``certify`` (or the CLI) with a traceback.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
@@ -134,8 +135,10 @@ def test_cli_reports_it_and_exits_1(tmp_path: Path) -> None:
     root = tests.parent
     out = tmp_path / "report.json"
     done = subprocess.run(
-        [sys.executable, "-m", "agentlooptest", "certify", "--backend", "asyncio"]
-        + ["-k", "step.order.*", "--json", str(out), "cancelling_store:harness"],
+        [
+            *(sys.executable, "-m", "agentlooptest", "certify", "--backend", "asyncio"),
+            *("-k", "step.order.*", "--json", str(out), "cancelling_store:harness"),
+        ],
         cwd=tmp_path,
         env={"PYTHONPATH": f"{root}:{tests}", "PATH": "/usr/bin:/bin"},
         capture_output=True,
@@ -149,7 +152,8 @@ def test_cli_reports_it_and_exits_1(tmp_path: Path) -> None:
     assert doc["ok"] is False
     [target] = doc["targets"]
     results = target["results"]
-    assert results and all(r["outcome"] == "failed" for r in results)
+    assert results
+    assert all(r["outcome"] == "failed" for r in results)
     assert "raised CancelledError" in results[0]["message"]
 
 
@@ -157,10 +161,8 @@ class SwallowsTaskCancel(GoodBoth):
     """``append`` swallows a ``CancelledError`` and appends anyway: a ``Task.cancel()`` is lost."""
 
     async def append(self, step: RunStep) -> None:
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await asyncio.sleep(0)
-        except asyncio.CancelledError:
-            pass
         await super().append(step)
 
 
