@@ -18,7 +18,7 @@ import anyio
 import trio
 
 from agentloop._backend import on_trio
-from agentlooptest._clause import Violation
+from agentlooptest._clause import Violation, expect
 
 T = TypeVar("T")
 
@@ -164,6 +164,28 @@ async def task_cancel_at(op: Callable[[], Awaitable[object]], point: int) -> Del
         return "lost"
 
     return await asyncio.get_running_loop().create_task(run())
+
+
+async def native_cancel_at(op: Callable[[], Awaitable[object]], point: int, did: str) -> bool:
+    """:func:`task_cancel_at` at suspension ``point + 1``; whether ``op`` returned normally.
+
+    Raises:
+        Violation: the store swallowed the ``Task.cancel()`` or withdrew it.
+    """
+    delivered = await task_cancel_at(op, point + 1)
+    expect(
+        delivered in ("raised", "later", "finished"),
+        did=f"{did}, in a task cancelled with Task.cancel() at its suspension #{point + 1}",
+        expected="the call to raise CancelledError, or to return and the task's next "
+        "suspension to raise it (the request kept: task.cancelling() stays 1)",
+        got="the call returned and the cancellation was never delivered"
+        if delivered == "lost"
+        else "the call raised CancelledError after undoing the request (uncancel())",
+        why="a cancellation a store swallows is lost for good under asyncio: the caller's "
+        "timeout or abort never happens, and an asyncio.timeout() around it never fires",
+        hint="`except CancelledError: pass` (or uncancel()) around an await in the store",
+    )
+    return delivered != "raised"
 
 
 class Points:

@@ -195,3 +195,25 @@ def test_a_store_swallowing_task_cancel_fails_the_cancel_clause(cls: type) -> No
 def test_a_correct_store_passes_the_task_cancel_points() -> None:
     report = certify_asyncio(harness_of(GoodBoth), "step.cancel.append")
     assert [r.outcome for r in report.results] == ["passed"]
+
+
+class SwallowsInFinalize(GoodBoth):
+    """``finalize`` swallows a ``CancelledError`` and finalizes anyway."""
+
+    async def finalize(self, session_id: str, summary: Any) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0)
+        await super().finalize(session_id, summary)
+
+
+def test_a_session_write_swallowing_task_cancel_fails_the_cancel_clause() -> None:
+    report = certify_asyncio(harness_of(SwallowsInFinalize), "session.cancel.writes")
+    [result] = report.results
+    assert result.outcome == "failed"
+    assert "finalize(<id>, <completed summary>)" in result.message
+    assert "the cancellation was never delivered" in result.message
+
+
+def test_a_correct_store_passes_the_session_task_cancel_points() -> None:
+    report = certify_asyncio(harness_of(GoodBoth), "session.cancel.*")
+    assert {r.outcome for r in report.results} == {"passed"}
