@@ -163,7 +163,14 @@ async def task_cancel_at(op: Callable[[], Awaitable[object]], point: int) -> Del
             return "later"
         return "lost"
 
-    return await asyncio.get_running_loop().create_task(run())
+    inner = asyncio.get_running_loop().create_task(run())
+    try:
+        # Shielded: cancelling the clause must cancel it, even if ``run`` swallows the
+        # cancellation of ``inner`` that awaiting it directly would pass on.
+        return await asyncio.shield(inner)
+    except asyncio.CancelledError:
+        inner.cancel()
+        raise
 
 
 async def native_cancel_at(op: Callable[[], Awaitable[object]], point: int, did: str) -> bool:

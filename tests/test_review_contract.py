@@ -217,3 +217,24 @@ def test_a_session_write_swallowing_task_cancel_fails_the_cancel_clause() -> Non
 def test_a_correct_store_passes_the_session_task_cancel_points() -> None:
     report = certify_asyncio(harness_of(GoodBoth), "session.cancel.*")
     assert {r.outcome for r in report.results} == {"passed"}
+
+
+def test_a_clause_timeout_ends_a_native_point_whose_store_hangs() -> None:
+    """A store that hangs in a native ``Task.cancel()`` point still fails as hung, in time."""
+
+    class HangsWhenCancelled(GoodBoth):
+        async def append(self, step: RunStep) -> None:
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                await asyncio.Event().wait()  # a cleanup that never ends
+            await super().append(step)
+
+    async def run() -> Report:
+        return await certify(
+            harness_of(HangsWhenCancelled), pattern="step.cancel.append", clause_timeout=1
+        )
+
+    [result] = anyio.run(run, backend="asyncio").results
+    assert result.outcome == "failed"
+    assert "still running" in result.message
