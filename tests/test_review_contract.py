@@ -238,3 +238,16 @@ def test_a_clause_timeout_ends_a_native_point_whose_store_hangs() -> None:
     [result] = anyio.run(run, backend="asyncio").results
     assert result.outcome == "failed"
     assert "still running" in result.message
+
+
+def test_a_cancelled_error_in_the_model_based_clause_is_the_store_s() -> None:
+    """Through the portal the model-based machine uses, it is not taken for the clause's cancel."""
+
+    class CancelsAppend(GoodBoth):
+        async def append(self, step: RunStep) -> None:
+            raise asyncio.CancelledError
+
+    [result] = certify_asyncio(harness_of(CancelsAppend), "step.model-based").results
+    assert result.outcome == "failed"
+    assert "cancelled from outside" not in result.message
+    assert "CancelledError raised although nothing cancelled the call" in result.message
