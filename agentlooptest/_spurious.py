@@ -27,19 +27,20 @@ class SpuriousCancel(Exception):
 def spurious_cancel(exc: BaseException) -> SpuriousCancel | None:
     """The error to report instead of ``exc``, or ``None`` when ``exc`` is a real cancellation.
 
-    ``exc`` is spurious when it is asyncio's ``CancelledError`` while the
-    calling task has no pending ``Task.cancel()`` (nor an expired
+    ``exc`` is spurious when it is asyncio's ``CancelledError`` and, under
+    asyncio, the calling task has no pending ``Task.cancel()`` (nor an expired
     ``asyncio.timeout``: ``task.cancelling() == 0``) and no enclosing anyio
-    scope is cancelled. Under trio nothing is spurious (``trio.Cancelled``
-    cannot be made by a store).
+    scope is cancelled. Under trio it always is (trio cancels with
+    ``trio.Cancelled``, which a store cannot make).
     """
-    if on_trio() or not isinstance(exc, asyncio.CancelledError):
+    if not isinstance(exc, asyncio.CancelledError):
         return None
-    task = asyncio.current_task()
-    if task is not None and task.cancelling() > 0:
-        return None
-    if anyio.current_effective_deadline() == -math.inf:
-        return None
+    if not on_trio():
+        task = asyncio.current_task()
+        if task is not None and task.cancelling() > 0:
+            return None
+        if anyio.current_effective_deadline() == -math.inf:
+            return None
     error = SpuriousCancel(
         "CancelledError raised although nothing cancelled the call (an asyncio store must "
         "raise it only when its caller is cancelled)"

@@ -19,6 +19,7 @@ from typing import Any
 
 import anyio
 import pytest
+import trio
 from broken._good import GoodBoth
 
 from agentloop import RunStep
@@ -251,3 +252,14 @@ def test_a_cancelled_error_in_the_model_based_clause_is_the_store_s() -> None:
     assert result.outcome == "failed"
     assert "cancelled from outside" not in result.message
     assert "CancelledError raised although nothing cancelled the call" in result.message
+
+
+def test_under_trio_an_asyncio_cancelled_error_is_the_store_s() -> None:
+    """trio cancels with ``trio.Cancelled``: an ``asyncio.CancelledError`` is always the store's."""
+
+    async def run() -> Report:
+        return await certify(harness_of(CancelsLastN), pattern="step.order.oldest-first")
+
+    [result] = trio.run(run).results
+    assert result.outcome == "failed"
+    assert "raised CancelledError, although nothing cancelled it" in result.message
