@@ -263,3 +263,29 @@ def test_under_trio_an_asyncio_cancelled_error_is_the_store_s() -> None:
     [result] = trio.run(run).results
     assert result.outcome == "failed"
     assert "raised CancelledError, although nothing cancelled it" in result.message
+
+
+def test_cli_a_target_raising_cancelled_is_a_target_error(tmp_path: Path) -> None:
+    """A target callable raising ``CancelledError`` is a one-line error (exit 2), no traceback."""
+    (tmp_path / "cancelling_target.py").write_text(
+        "import asyncio\n\ndef make():\n    raise asyncio.CancelledError()\n"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentlooptest",
+            "certify",
+            "--backend=asyncio",
+            "cancelling_target:make",
+        ],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(Path(__file__).resolve().parent.parent), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "CancelledError" in done.stderr
