@@ -15,12 +15,10 @@ def missing() -> list[str]:
 def require() -> None:
     """Raise ``ImportError`` naming the extra to install when a dependency is missing.
 
-    ``pytest_trio`` is checked too: without it the pytest base classes would
-    collect but never run their async tests.
+    pytest-trio is not needed: each generated clause test is a plain function
+    that starts its own event loop, on whichever backend its class names.
     """
     absent = missing()
-    if importlib.util.find_spec("pytest_trio") is None:
-        absent.append("pytest-trio")
     if absent:
         raise ImportError(
             f"agentlooptest needs {', '.join(absent)}: "

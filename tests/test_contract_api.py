@@ -173,6 +173,20 @@ def test_importing_without_the_extra_fails_in_one_line() -> None:
     assert "hypothesis" in line
 
 
+def test_contract_needs_no_pytest_trio() -> None:
+    """agentlooptest imports, and certifies under asyncio, with pytest-trio absent."""
+    code = (
+        "import sys\n"
+        "sys.modules['pytest_trio'] = None\n"
+        "import asyncio, agentlooptest\n"
+        "harness = agentlooptest.memory_harness()\n"
+        "report = asyncio.run(agentlooptest.certify(harness, pattern='step.window'))\n"
+        "print(report.ok, len(report.results) > 0)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.split() == ["True", "True"]
+
+
 def test_core_packages_import_without_the_extra() -> None:
     """agentloop and agentloopmem import with pytest and hypothesis absent."""
     code = _BLOCK + "import agentloop, agentloopmem\nprint('ok')\n"
