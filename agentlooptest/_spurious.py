@@ -27,13 +27,18 @@ class SpuriousCancel(Exception):
 def spurious_cancel(exc: BaseException) -> SpuriousCancel | None:
     """The error to report instead of ``exc``, or ``None`` when ``exc`` is a real cancellation.
 
-    ``exc`` is spurious when it is asyncio's ``CancelledError`` and, under
+    ``exc`` is spurious when it is asyncio's ``CancelledError`` (or a group of
+    nothing else) and, under
     asyncio, the calling task has no pending ``Task.cancel()`` (nor an expired
     ``asyncio.timeout``: ``task.cancelling() == 0``) and no enclosing anyio
     scope is cancelled. Under trio it always is (trio cancels with
     ``trio.Cancelled``, which a store cannot make).
     """
-    if not isinstance(exc, asyncio.CancelledError):
+    if isinstance(exc, BaseExceptionGroup):  # a store's own task group
+        cancels, rest = exc.split(asyncio.CancelledError)
+        if cancels is None or rest is not None:
+            return None
+    elif not isinstance(exc, asyncio.CancelledError):
         return None
     if not on_trio():
         task = asyncio.current_task()

@@ -289,3 +289,16 @@ def test_cli_a_target_raising_cancelled_is_a_target_error(tmp_path: Path) -> Non
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert "CancelledError" in done.stderr
+
+
+def test_a_group_of_cancellations_from_the_store_fails_its_clause() -> None:
+    """A store's own task group raising only ``CancelledError``s is reported like one."""
+
+    class CancelsInAGroup(GoodBoth):
+        async def last_n(self, session_id: str, n: int) -> list[RunStep]:
+            raise BaseExceptionGroup("the store's tasks", [asyncio.CancelledError()])
+
+    report = certify_asyncio(harness_of(CancelsInAGroup), "step.order.oldest-first")
+    [result] = report.results
+    assert result.outcome == "failed"
+    assert "raised CancelledError, although nothing cancelled it" in result.message
