@@ -6,8 +6,9 @@ through the run's ``TrioToken``, and one callback on the trio thread
 ``reschedule``s each task with its job's outcome.
 
 **asyncio**: the caller awaits a future of its own loop; a worker thread
-hands results back through a :class:`~agentloop._backend.LoopHandle` (one per
-loop, so a batch costs one thread-safe wake-up per loop), and one callback on
+hands results back through a :class:`LoopWaker` (one per loop, holding it
+weakly, so a batch costs one thread-safe wake-up per loop and a finished
+loop is not kept alive by the cache), and one callback on
 the loop thread marks each job delivered and resolves its future. The outcome
 itself travels on the job.
 
@@ -44,13 +45,21 @@ import anyio
 import outcome
 import trio
 
-from agentloop._backend import LoopGoneError, LoopHandle, on_trio
+from agentloop._backend import LoopGoneError, on_trio
 from agentloopsql._jobs import AnyWork
 
 ConnT = TypeVar("ConnT")
 T = TypeVar("T")
 
-__all__ = ["AsyncioJob", "Interrupted", "Job", "asyncio_job", "hand_back", "wait_asyncio"]
+__all__ = [
+    "AsyncioJob",
+    "Interrupted",
+    "Job",
+    "LoopWaker",
+    "asyncio_job",
+    "hand_back",
+    "wait_asyncio",
+]
 
 
 class Interrupted(Exception):
@@ -61,7 +70,7 @@ class Job(Generic[ConnT]):
     """One queued call: its typed :data:`~agentloopsql._jobs.Work` and how to answer its caller.
 
     ``task`` is the trio task to reschedule (``None`` under asyncio); ``token``
-    the caller's ``TrioToken`` or, under asyncio, its loop's ``LoopHandle``.
+    the caller's ``TrioToken`` or, under asyncio, its loop's :class:`LoopWaker`.
     """
 
     __slots__ = ("cancel_requested", "queued_at", "result", "taken", "task", "token", "work")
@@ -70,7 +79,7 @@ class Job(Generic[ConnT]):
         self,
         work: AnyWork[ConnT],
         task: trio.lowlevel.Task | None,
-        token: trio.lowlevel.TrioToken | LoopHandle,
+        token: trio.lowlevel.TrioToken | LoopWaker,
     ) -> None:
         self.work = work
         self.task = task
@@ -87,7 +96,7 @@ class AsyncioJob(Job[ConnT]):
     __slots__ = ("delivered", "loop", "waiter")
 
     def __init__(
-        self, work: AnyWork[ConnT], handle: LoopHandle, loop: asyncio.AbstractEventLoop
+        self, work: AnyWork[ConnT], handle: LoopWaker, loop: asyncio.AbstractEventLoop
     ) -> None:
         super().__init__(work, None, handle)
         self.loop = loop
@@ -95,7 +104,35 @@ class AsyncioJob(Job[ConnT]):
         self.delivered = False  # set on the loop thread, with job.result already final
 
 
-_handles: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopHandle] = (
+class LoopWaker:
+    """An asyncio loop, held weakly, to which any thread may hand a callback.
+
+    Like ``agentloop._backend.LoopHandle`` for asyncio, but it does not keep
+    its loop alive: it is cached per loop (a weak-keyed cache whose value
+    held the loop strongly would keep every finished loop forever).
+    """
+
+    __slots__ = ("_loop",)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = weakref.ref(loop)
+
+    def call_soon(self, fn: Callable[..., object], *args: object) -> None:
+        """Run ``fn(*args)`` on the loop's thread soon; from any thread.
+
+        Raises:
+            LoopGoneError: the loop was closed or collected.
+        """
+        loop = self._loop()
+        if loop is None:
+            raise LoopGoneError("the event loop was collected")
+        try:
+            loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError as exc:  # "Event loop is closed"
+            raise LoopGoneError(str(exc)) from exc
+
+
+_wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWaker] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -103,10 +140,10 @@ _handles: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopHandle] = (
 def asyncio_job(work: AnyWork[ConnT]) -> AsyncioJob[ConnT]:
     """A job for ``work`` whose caller is the running asyncio task."""
     loop = asyncio.get_running_loop()
-    handle = _handles.get(loop)
-    if handle is None:
-        handle = _handles[loop] = LoopHandle()
-    return AsyncioJob(work, handle, loop)
+    waker = _wakers.get(loop)
+    if waker is None:
+        waker = _wakers[loop] = LoopWaker(loop)
+    return AsyncioJob(work, waker, loop)
 
 
 async def wait_asyncio(
@@ -220,7 +257,7 @@ def hand_back(jobs: list[Job[Any]]) -> None:
 
 
 def _post(token: object, jobs: list[Job[Any]]) -> None:
-    if isinstance(token, LoopHandle):
+    if isinstance(token, LoopWaker):
         with contextlib.suppress(LoopGoneError):
             token.call_soon(_deliver_asyncio, jobs)
     else:

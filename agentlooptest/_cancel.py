@@ -10,14 +10,15 @@ that very suspension (``Task.cancel()`` aborts the wait it is in).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 import trio
 
 from agentloop._backend import on_trio
-from agentlooptest._clause import Violation
+from agentlooptest._clause import Violation, expect
 
 T = TypeVar("T")
 
@@ -45,11 +46,11 @@ class _CancelBeforeStep(trio.abc.Instrument):
 
 
 class _Counted:
-    """Awaits ``coro``, cancelling ``scope`` when it suspends for the ``point``-th time."""
+    """Awaits ``coro``, calling ``cancel`` when it suspends for the ``point``-th time."""
 
-    def __init__(self, coro: Coroutine[Any, Any, Any], scope: anyio.CancelScope, point: int):
+    def __init__(self, coro: Coroutine[Any, Any, Any], cancel: Callable[[], object], point: int):
         self.coro = coro
-        self.scope = scope
+        self.cancel = cancel
         self.point = point
 
     def __await__(self) -> Generator[Any, Any, Any]:
@@ -63,7 +64,7 @@ class _Counted:
                 return stop.value
             suspended += 1
             if suspended == self.point:
-                self.scope.cancel()
+                self.cancel()
             try:
                 value, error = (yield yielded), None
             except GeneratorExit:
@@ -110,11 +111,88 @@ async def _cancel_at_asyncio(op: Callable[[], Awaitable[object]], point: int) ->
             scope.cancel()
         made = op()
         if isinstance(made, Coroutine):
-            await _Counted(made, scope, point)
+            await _Counted(made, scope.cancel, point)
         else:  # a Future or a custom awaitable: only cancelling it before it starts is exact
             await made
         finished = True
     return finished
+
+
+Delivery = Literal["raised", "later", "lost", "uncancelled", "finished"]
+"""How a native ``Task.cancel()`` reached its task: ``op`` returned before its
+``point``-th suspension (``"finished"``: nothing was cancelled), the call raised ``CancelledError``
+(``"raised"``), it returned and the next suspension raised it (``"later"``), it
+returned and nothing ever did (``"lost"``), or the call raised it after undoing the
+request (``"uncancelled"``: the task's cancel count dropped to 0)."""
+
+
+async def task_cancel_at(op: Callable[[], Awaitable[object]], point: int) -> Delivery:
+    """Under asyncio, run ``op`` in a task of its own and ``Task.cancel()`` it at its
+    ``point``-th suspension (``point >= 1``); say how the cancellation was delivered.
+
+    A store may complete a call it was cancelled in (then the request must
+    land at the caller's next suspension) or stop it; it must never swallow
+    the request, nor withdraw it (``uncancel``): that is the caller's, an
+    ``asyncio.timeout`` around the call counts on it.
+    """
+
+    async def run() -> Delivery:
+        task = asyncio.current_task()
+        assert task is not None
+        fired: list[bool] = []
+
+        def cancel() -> None:
+            fired.append(True)
+            task.cancel()
+
+        made = op()
+        try:
+            if isinstance(made, Coroutine):
+                await _Counted(made, cancel, point)
+            else:
+                cancel()
+                await made
+        except asyncio.CancelledError:
+            return "raised" if task.cancelling() > 0 else "uncancelled"
+        if not fired:
+            return "finished"
+        try:
+            for _ in range(3):
+                await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            return "later"
+        return "lost"
+
+    inner = asyncio.get_running_loop().create_task(run())
+    try:
+        # Shielded: cancelling the clause must cancel it, even if ``run`` swallows the
+        # cancellation of ``inner`` that awaiting it directly would pass on.
+        return await asyncio.shield(inner)
+    except asyncio.CancelledError:
+        inner.cancel()
+        raise
+
+
+async def native_cancel_at(op: Callable[[], Awaitable[object]], point: int, did: str) -> bool:
+    """:func:`task_cancel_at` at suspension ``point + 1``; whether ``op`` returned normally.
+
+    Raises:
+        Violation: the store swallowed the ``Task.cancel()`` or withdrew it.
+    """
+    delivered = await task_cancel_at(op, point + 1)
+    expect(
+        delivered in ("raised", "later", "finished"),
+        did=f"{did}, in a task cancelled with Task.cancel() at its suspension #{point + 1}",
+        expected="the call to raise CancelledError, or to return and the task's next "
+        "suspension to raise it (the request kept: task.cancelling() stays 1)",
+        got="the call returned and the cancellation was never delivered"
+        if delivered == "lost"
+        else "the call raised CancelledError after undoing the request (uncancel())",
+        why="a cancellation a store swallows is lost for good under asyncio: the caller's "
+        "timeout or abort never happens, and an asyncio.timeout() around it never fires",
+        hint="`except CancelledError: pass` (or uncancel()) around an await in the store",
+    )
+    return delivered != "raised"
 
 
 class Points:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from agentlooptest._spurious import spurious_cancel
 from agentlooptest._stall import Hung, StoreSpun, watched
 
 if TYPE_CHECKING:
@@ -28,6 +29,10 @@ async def run_cleanup(harness: Harness) -> str | None:
             await harness.cleanup()
     except (Hung, StoreSpun):
         return f"the harness's cleanup() did not finish within {CLEANUP_TIMEOUT:g}s"
-    except Exception as exc:
-        return f"the harness's cleanup() raised {type(exc).__name__}: {exc}"
+    except BaseException as exc:
+        if isinstance(exc, Exception):
+            return f"the harness's cleanup() raised {type(exc).__name__}: {exc}"
+        if spurious_cancel(exc) is None:
+            raise
+        return "the harness's cleanup() raised CancelledError, although nothing cancelled it"
     return None

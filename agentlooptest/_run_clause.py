@@ -10,6 +10,7 @@ from agentlooptest._backends import Backend, current, needs_other, wrong_backend
 from agentlooptest._clause import Clause, Violation, format_violation
 from agentlooptest._cleanup import run_cleanup
 from agentlooptest._report import ClauseResult, Outcome
+from agentlooptest._spurious import spurious_cancel
 from agentlooptest._stall import Hung, StoreSpun, stalled_call, watched
 
 if TYPE_CHECKING:
@@ -143,12 +144,32 @@ async def _check(clause: Clause, harness: Harness, clause_timeout: float) -> Non
     except Hung as slow:
         hung = stall_violation(slow.stuck or slow, clause_timeout, spun=False)
         raise ClauseFailed(format_violation(clause, hung)) from None
-    except Exception as exc:
+    except BaseException as exc:
+        if not isinstance(exc, Exception):
+            if spurious_cancel(exc) is None:
+                raise
+            raise ClauseFailed(format_violation(clause, cancel_violation(exc))) from None
         wrong = wrong_backend(clause, exc)
         if wrong is not None:
             raise wrong from None
         exc.add_note(f"[{clause.id}] the store raised unexpectedly while checking: {clause.title}")
         raise
+
+
+def cancel_violation(exc: BaseException) -> Violation:
+    """The failure for a store call that raised ``CancelledError`` nobody asked for."""
+    line, call = stalled_call(exc)
+    did = f"`{line}`, in the clause's check" if line else "ran the clause's check"
+    who = f"the store call {call}" if call else "a call into the store"
+    return Violation(
+        did,
+        "a result or an Exception: CancelledError only when the caller is cancelled",
+        f"{who} raised CancelledError, although nothing cancelled it",
+        "a caller takes CancelledError for its own cancellation: an asyncio app (and the "
+        "loop) would stop the task, and no `except Exception` can report it",
+        hint="a cancellation leaked from a task or future of the store's own, or a bare "
+        "`raise asyncio.CancelledError()`",
+    )
 
 
 async def run_clause(

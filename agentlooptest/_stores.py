@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -12,6 +13,7 @@ import anyio
 from agentloop import RunStep, SessionStore, StepStore, SupportsAclose
 from agentlooptest._clause import CAPABILITIES, REOPEN, Clause, Violation
 from agentlooptest._run_clause import CLAUSE_TIMEOUT, find, stall_violation
+from agentlooptest._spurious import SpuriousCancel, spurious_cancel
 from agentlooptest._stall import Hung, StoreSpun, watched
 
 if TYPE_CHECKING:
@@ -135,6 +137,8 @@ async def probe(
     Raises:
         Violation: the factory returned something that is not the protocol, is
             not async, or did not return (or the store did not close) in time.
+        SpuriousCancel: the factory (or the store's ``aclose``) raised
+            ``CancelledError`` although nothing cancelled it (asyncio).
     """
     what = "new_step_store" if protocol == "step" else "new_session_store"
     try:
@@ -171,6 +175,11 @@ async def probe(
             stall_violation(found, clause_timeout, spun=True).got,
             "every clause opens a store this way; none of them can run",
         ) from None
+    except asyncio.CancelledError as exc:
+        error: SpuriousCancel | None = spurious_cancel(exc)
+        if error is None:
+            raise
+        raise error from exc
 
 
 def skip_reason(clause: Clause, harness: Harness, capabilities: frozenset[str]) -> str | None:

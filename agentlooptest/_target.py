@@ -9,6 +9,7 @@ import sys
 
 from agentloop._backend import cancelled_error
 from agentlooptest._harness import Harness
+from agentlooptest._spurious import spurious_cancel
 
 
 class TargetError(Exception):
@@ -35,7 +36,7 @@ async def load(target: str) -> Harness:
     try:
         module = importlib.import_module(module_name)
     except BaseException as exc:  # SystemExit from a module's top level too
-        if isinstance(exc, (KeyboardInterrupt, cancelled_error())):
+        if _propagates(exc):
             raise
         raise TargetError(
             f"cannot import {module_name!r} for target {target!r}: {_one_line(exc)}"
@@ -58,12 +59,23 @@ async def load(target: str) -> Harness:
             if inspect.isawaitable(value):
                 value = await value
         except BaseException as exc:
-            if isinstance(exc, (KeyboardInterrupt, cancelled_error())):
+            if _propagates(exc):
                 raise
             raise TargetError(f"calling {target!r} raised {_one_line(exc)}") from exc
     if not isinstance(value, Harness):
         raise TargetError(f"{target!r} must give an agentlooptest.Harness, got {value!r:.80}")
     return value
+
+
+def _propagates(exc: BaseException) -> bool:
+    """Whether ``exc`` ends the run: a ``KeyboardInterrupt`` or a real cancellation.
+
+    A ``CancelledError`` raised although nothing cancelled the run is the
+    target's own error (see ``_spurious``).
+    """
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    return isinstance(exc, cancelled_error()) and spurious_cancel(exc) is None
 
 
 def _one_line(exc: BaseException) -> str:

@@ -6,6 +6,7 @@ the log after a failure is that program, call by call.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
@@ -19,6 +20,7 @@ from anyio.from_thread import BlockingPortal
 from agentloop import RunStep
 from agentloop._backend import on_trio
 from agentlooptest._data import T0
+from agentlooptest._spurious import spurious_cancel
 
 T = TypeVar("T")
 
@@ -87,11 +89,25 @@ def on_loop(fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
     if calls.stopped or calls.portal is None:
         raise _Cancelled
     try:
-        result: T = calls.portal.call(fn, *args)
+        result: T = calls.portal.call(_unless_spurious, fn, *args)
     except concurrent.futures.CancelledError:
         calls.stopped = True
         raise _Cancelled from None
     return result
+
+
+async def _unless_spurious(fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+    """``await fn(*args)``; a ``CancelledError`` the store raised by itself becomes an error.
+
+    Otherwise it would cancel the portal's call and read as the clause being cancelled.
+    """
+    try:
+        return await fn(*args)
+    except asyncio.CancelledError as exc:
+        error = spurious_cancel(exc)
+        if error is None:
+            raise
+        raise error from exc
 
 
 async def run_machine_thread(fn: Callable[..., object], *args: Any) -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from agentloop import FinalizeSummary, RunStatus, Session, StepStore
-from agentlooptest._cancel import Points, cancel_at, still_usable
+from agentloop._backend import on_trio
+from agentlooptest._cancel import Points, cancel_at, native_cancel_at, still_usable
 from agentlooptest._clause import clause, expect
 from agentlooptest._clauses._shared import expect_data, seed_session
 from agentlooptest._data import step
@@ -62,16 +63,19 @@ async def _cancel_write(
 
     Before and after are the states the rules give (``rule`` turns the one
     into the other), never what this store did with an uncancelled call.
+    Under asyncio each point is tried again with a native ``Task.cancel()``.
     """
     async with open_sessions(h) as store:
         prefix = f"{what.partition('(')[0]}-{setup.__name__.strip('_')}"
         start = SEEDED if setup is seed_session else NEW
         before, after = shown(store, start), shown(store, rule(store, start))
-        points = Points()
-        for point in points:
-            sid = f"{prefix}-{point}"
+        for points, point, native in _points():
+            sid = f"{prefix}-{'task-' if native else ''}{point}"
             await setup(store, sid)
-            done = await cancel_at(partial(write, store, sid), point)
+            if native:
+                done = await native_cancel_at(partial(write, store, sid), point, f"{what} {sid!r}")
+            else:
+                done = await cancel_at(partial(write, store, sid), point)
             points.finished(done)
             got = await still_usable(f"reading {sid!r} back", partial(session_state, store, sid))
             allowed = [after] if done else [before, after]
@@ -93,6 +97,18 @@ async def _cancel_write(
                 '{"after": "cancel"}',
                 f"cancelled {what} on {sid!r}, wrote again, then get",
             )
+
+
+def _points() -> Iterator[tuple[Points, int, bool]]:
+    """Each point with an anyio scope, then (asyncio only) again with ``Task.cancel()``.
+
+    Yields the :class:`Points` to tell whether the call returned, the point, and
+    whether to cancel with ``Task.cancel()``.
+    """
+    for native in (False,) if on_trio() else (False, True):
+        points = Points()
+        for point in points:
+            yield points, point, native
 
 
 async def session_state(store: Any, sid: str) -> dict[str, object]:

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from agentloop import RunStep
-from agentlooptest._cancel import Points, cancel_at, still_usable
+from agentloop._backend import on_trio
+from agentlooptest._cancel import Points, cancel_at, native_cancel_at, still_usable
 from agentlooptest._clause import clause, expect
 from agentlooptest._data import describe, mismatch, same_steps, step
 from agentlooptest._stores import Steps, open_steps
@@ -75,6 +76,29 @@ async def _cancel_append(h: Harness) -> None:
                     )
                 await _after_cancel(s, sid, got, step(sid, 2, content="after the cancel"))
         await _cancel_amid_appends(s)
+        if not on_trio():
+            await _task_cancel_append(s)
+
+
+async def _task_cancel_append(s: Steps) -> None:
+    """Under asyncio, the same with a native ``Task.cancel()`` (no anyio scope re-delivers it)."""
+    points = Points()
+    for point in points:
+        sid = f"task-cancel-{point}"
+        before = [step(sid, 0)]
+        await s.append_all(before)
+        new = step(sid, 1, content="the step being cancelled")
+        did = f"appended a step to {sid!r}"
+        done = await native_cancel_at(partial(s.store.append, new), point, did)
+        points.finished(done)
+        got = await still_usable(f"last_n({sid!r}, 10)", partial(s.last_n, sid, 10))
+        allowed = [[*before, new]] if done else [before, [*before, new]]
+        expect(
+            any(same_steps(want, got) for want in allowed),
+            did=f"{did}, Task.cancel() at its suspension #{point + 1}, then last_n",
+            expected=" or ".join(describe(want) for want in allowed) + ", whole",
+            got=mismatch([*before, new], got),
+        )
 
 
 BIG_ARGS = json.dumps({"blob": "x" * 200_000})
