@@ -86,6 +86,13 @@ class Ours:
         return await self.store.last_n(handle.session, WINDOW)
 
 
+class OursAsyncio(Ours):
+    """agentloopmem's ``StepStore``, run under asyncio like the peers."""
+
+    label = "ours (agentloopmem, asyncio)"
+    run = staticmethod(run_asyncio)
+
+
 class Adk:
     """ADK's ``InMemorySessionService``, run under asyncio."""
 
@@ -164,7 +171,7 @@ class LangGraph:
         return [item async for item in self.saver.alist(handle.session, limit=WINDOW)]
 
 
-Subject = Ours | Adk | LangGraph
+Subject = Ours | OursAsyncio | Adk | LangGraph
 
 
 def append_block(subject: Subject, history: int, ops: int) -> Block:
@@ -183,8 +190,8 @@ def read_block(subject: Subject, handle: Handle, ops: int) -> Block:
 
 
 def subjects(sizes: Sizes, peers: list[load.Peer]) -> list[Subject]:
-    """Ours first, then every installed in-memory peer."""
-    chosen: list[Subject] = [Ours(sizes)]
+    """Ours (under trio, then under asyncio), then every installed in-memory peer."""
+    chosen: list[Subject] = [Ours(sizes), OursAsyncio(sizes)]
     if load.ADK in peers:
         chosen.append(Adk(sizes))
     if load.LANGGRAPH in peers:
@@ -204,20 +211,21 @@ def rows(sizes: Sizes, peers: list[load.Peer]) -> list[Row]:
             for s in chosen:
                 appends[s.label, h].append(s.run(append_block(s, h, sizes.ops)))
                 reads[s.label, h].append(s.run(read_block(s, filled[s.label, h], sizes.ops)))
-    ours = chosen[0].label
+    ours = {chosen[0].label: "", chosen[1].label: " [asyncio]"}
     out: list[Row] = []
     for kind, series in (("append", appends), ("newest-20 read", reads)):
         mid = sizes.history
-        for peer in chosen[1:]:
-            out.append(
-                speedup_row(
-                    f"mem {kind} @{mid:,}",
-                    peer.label,
-                    Series(series[ours, mid]),
-                    Series(series[peer.label, mid]),
-                    1.0,
+        for mine, suffix in ours.items():
+            for peer in chosen[2:]:
+                out.append(
+                    speedup_row(
+                        f"mem {kind} @{mid:,}{suffix}",
+                        peer.label,
+                        Series(series[mine, mid]),
+                        Series(series[peer.label, mid]),
+                        1.0,
+                    )
                 )
-            )
         for s in chosen:
             out.append(
                 growth_row(
@@ -225,7 +233,7 @@ def rows(sizes: Sizes, peers: list[load.Peer]) -> list[Row]:
                     s.label,
                     Series(series[s.label, sizes.small]),
                     Series(series[s.label, sizes.big]),
-                    OUR_GROWTH if s.label == ours else INFO_ONLY,
+                    OUR_GROWTH if s.label in ours else INFO_ONLY,
                 )
             )
     return out

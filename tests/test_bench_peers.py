@@ -44,6 +44,8 @@ def test_peers_section_compares_ours_with_every_peer_at_tiny_sizes() -> None:
     assert {
         "mem append @20",
         "mem newest-20 read @20",
+        "mem append @20 [asyncio]",
+        "mem newest-20 read @20 [asyncio]",
         "mem append 60 vs 5",
         "mem newest-20 read 60 vs 5",
         "sqlite newest-20 read @20",
