@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, TypeAlias
 
@@ -260,28 +261,38 @@ class LoopHandle:
 
     Made on the event loop thread; :meth:`call_soon` is safe from any thread and
     runs ``fn(*args)`` on that loop's thread soon (trio's ``run_sync_soon``,
-    asyncio's ``call_soon_threadsafe``).
+    asyncio's ``call_soon_threadsafe``). An asyncio loop is held weakly, so a
+    handle kept per loop (in a weak-keyed cache) never keeps a finished loop alive.
     """
 
-    __slots__ = ("_call_soon", "key")
+    __slots__ = ("_loop", "_token")
 
     def __init__(self) -> None:
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
         if _library.name == "trio":
-            token = trio.lowlevel.current_trio_token()
-            self._call_soon: Callable[..., Any] = token.run_sync_soon
-            self.key: object = token
+            self._token = trio.lowlevel.current_trio_token()
         else:
-            loop = asyncio.get_running_loop()
-            self._call_soon = loop.call_soon_threadsafe
-            self.key = loop
+            self._loop = weakref.ref(asyncio.get_running_loop())
 
     def call_soon(self, fn: Callable[..., object], *args: object) -> None:
         """Run ``fn(*args)`` on the loop's thread soon; from any thread.
 
         Raises:
-            LoopGoneError: the loop has finished (its run returned or it was closed).
+            LoopGoneError: the loop has finished (its run returned, or it was
+                closed or collected).
         """
+        if self._token is not None:
+            try:
+                self._token.run_sync_soon(fn, *args)
+            except trio.RunFinishedError as exc:
+                raise LoopGoneError(str(exc)) from exc
+            return
+        assert self._loop is not None
+        loop = self._loop()
+        if loop is None:
+            raise LoopGoneError("the event loop was collected")
         try:
-            self._call_soon(fn, *args)
-        except (trio.RunFinishedError, RuntimeError) as exc:
+            loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError as exc:  # "Event loop is closed"
             raise LoopGoneError(str(exc)) from exc

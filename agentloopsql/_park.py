@@ -6,7 +6,7 @@ through the run's ``TrioToken``, and one callback on the trio thread
 ``reschedule``s each task with its job's outcome.
 
 **asyncio**: the caller awaits a future of its own loop; a worker thread
-hands results back through a :class:`LoopWaker` (one per loop, holding it
+hands results back through a :class:`LoopHandle` (one per loop, holding it
 weakly, so a batch costs one thread-safe wake-up per loop and a finished
 loop is not kept alive by the cache), and one callback on
 the loop thread marks each job delivered and resolves its future. The outcome
@@ -45,7 +45,7 @@ import anyio
 import outcome
 import trio
 
-from agentloop._backend import LoopGoneError, on_trio
+from agentloop._backend import LoopGoneError, LoopHandle, on_trio
 from agentloopsql._jobs import AnyWork
 
 ConnT = TypeVar("ConnT")
@@ -55,7 +55,6 @@ __all__ = [
     "AsyncioJob",
     "Interrupted",
     "Job",
-    "LoopWaker",
     "asyncio_job",
     "hand_back",
     "wait_asyncio",
@@ -70,7 +69,7 @@ class Job(Generic[ConnT]):
     """One queued call: its typed :data:`~agentloopsql._jobs.Work` and how to answer its caller.
 
     ``task`` is the trio task to reschedule (``None`` under asyncio); ``token``
-    the caller's ``TrioToken`` or, under asyncio, its loop's :class:`LoopWaker`.
+    the caller's ``TrioToken`` or, under asyncio, its loop's :class:`LoopHandle`.
     """
 
     __slots__ = ("cancel_requested", "queued_at", "result", "taken", "task", "token", "work")
@@ -79,7 +78,7 @@ class Job(Generic[ConnT]):
         self,
         work: AnyWork[ConnT],
         task: trio.lowlevel.Task | None,
-        token: trio.lowlevel.TrioToken | LoopWaker,
+        token: trio.lowlevel.TrioToken | LoopHandle,
     ) -> None:
         self.work = work
         self.task = task
@@ -96,7 +95,7 @@ class AsyncioJob(Job[ConnT]):
     __slots__ = ("delivered", "loop", "waiter")
 
     def __init__(
-        self, work: AnyWork[ConnT], handle: LoopWaker, loop: asyncio.AbstractEventLoop
+        self, work: AnyWork[ConnT], handle: LoopHandle, loop: asyncio.AbstractEventLoop
     ) -> None:
         super().__init__(work, None, handle)
         self.loop = loop
@@ -104,35 +103,7 @@ class AsyncioJob(Job[ConnT]):
         self.delivered = False  # set on the loop thread, with job.result already final
 
 
-class LoopWaker:
-    """An asyncio loop, held weakly, to which any thread may hand a callback.
-
-    Like ``agentloop._backend.LoopHandle`` for asyncio, but it does not keep
-    its loop alive: it is cached per loop (a weak-keyed cache whose value
-    held the loop strongly would keep every finished loop forever).
-    """
-
-    __slots__ = ("_loop",)
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = weakref.ref(loop)
-
-    def call_soon(self, fn: Callable[..., object], *args: object) -> None:
-        """Run ``fn(*args)`` on the loop's thread soon; from any thread.
-
-        Raises:
-            LoopGoneError: the loop was closed or collected.
-        """
-        loop = self._loop()
-        if loop is None:
-            raise LoopGoneError("the event loop was collected")
-        try:
-            loop.call_soon_threadsafe(fn, *args)
-        except RuntimeError as exc:  # "Event loop is closed"
-            raise LoopGoneError(str(exc)) from exc
-
-
-_wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWaker] = (
+_handles: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopHandle] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -140,10 +111,10 @@ _wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWaker] = (
 def asyncio_job(work: AnyWork[ConnT]) -> AsyncioJob[ConnT]:
     """A job for ``work`` whose caller is the running asyncio task."""
     loop = asyncio.get_running_loop()
-    waker = _wakers.get(loop)
-    if waker is None:
-        waker = _wakers[loop] = LoopWaker(loop)
-    return AsyncioJob(work, waker, loop)
+    handle = _handles.get(loop)
+    if handle is None:
+        handle = _handles[loop] = LoopHandle()
+    return AsyncioJob(work, handle, loop)
 
 
 async def wait_asyncio(
@@ -257,7 +228,7 @@ def hand_back(jobs: list[Job[Any]]) -> None:
 
 
 def _post(token: object, jobs: list[Job[Any]]) -> None:
-    if isinstance(token, LoopWaker):
+    if isinstance(token, LoopHandle):
         with contextlib.suppress(LoopGoneError):
             token.call_soon(_deliver_asyncio, jobs)
     else:
