@@ -38,7 +38,6 @@ __all__ = [
     "LoopGoneError",
     "LoopHandle",
     "Scope",
-    "acquire_lock",
     "being_cancelled",
     "call_ends",
     "call_starts",
@@ -140,13 +139,16 @@ def new_lock() -> Lock:
     return trio.Lock() if _library.name == "trio" else asyncio.Lock()
 
 
-async def acquire_lock(lock: Lock) -> None:
-    """``lock.acquire()``, a checkpoint, without a scheduler round trip when the lock is free.
+async def take_lock(lock: Lock) -> None:
+    """``lock.acquire()``, with no schedule point when nothing is pending and the lock is free.
 
-    A cancellation already pending is raised before the lock is taken. Under
-    trio that is ``checkpoint_if_cancelled`` and ``acquire_nowait``; under
-    asyncio a ``sleep(0)`` (a ``Task.cancel()`` lands only at a schedule
-    point), after which a free ``asyncio.Lock`` is taken without suspending.
+    For a caller whose next await is a checkpoint anyway (the loop's first store
+    call). A cancellation already pending is raised before the lock is taken.
+    Under trio that is ``checkpoint_if_cancelled`` and ``acquire_nowait``. Under
+    asyncio a ``Task.cancel()`` (or an expired ``asyncio.timeout``) not yet
+    undone (``Task.cancelling()``) gets a ``sleep(0)`` where it is delivered, and
+    a cancelled anyio scope is raised by ``anyio.lowlevel.checkpoint_if_cancelled``.
+    A contended lock is waited for (a checkpoint) as before.
     """
     if isinstance(lock, trio.Lock):
         await trio.lowlevel.checkpoint_if_cancelled()
@@ -154,24 +156,6 @@ async def acquire_lock(lock: Lock) -> None:
             lock.acquire_nowait()  # fails while another task holds it or waits for it
         except trio.WouldBlock:
             await lock.acquire()
-        return
-    await asyncio.sleep(0)
-    await lock.acquire()
-
-
-async def take_lock(lock: Lock) -> None:
-    """:func:`acquire_lock` with no schedule point when nothing is pending and the lock is free.
-
-    For a caller whose next await is a checkpoint anyway (the loop's first store
-    call). Under trio it is :func:`acquire_lock`. Under asyncio a cancellation
-    already pending still lands before the lock is taken: a ``Task.cancel()``
-    (or an expired ``asyncio.timeout``) not yet undone (``Task.cancelling()``)
-    gets the ``sleep(0)`` where it is delivered, and a cancelled anyio scope is
-    raised by ``anyio.lowlevel.checkpoint_if_cancelled``. A contended lock is
-    waited for (a checkpoint) as before.
-    """
-    if isinstance(lock, trio.Lock):
-        await acquire_lock(lock)
         return
     task = asyncio.current_task()
     if task is not None and task.cancelling():
