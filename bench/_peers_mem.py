@@ -3,13 +3,16 @@
 One "step" everywhere carries 200 characters of content. Ours appends a
 ``RunStep`` and reads ``last_n(session, 20)``. ADK appends an ``Event`` with
 ``append_event`` and reads ``get_session(config=GetSessionConfig(num_recent_events=20))``.
-LangGraph records each step as one checkpoint (``aput``, the message as its
-channel value, parented on the previous one) and reads the newest 20 with
-``alist(config, limit=20)``. Items are built before the clock starts.
+LangGraph keeps the conversation in a graph's ``messages`` channel: each
+step is the node's write (``aput_writes``) and a checkpoint (``aput``) whose
+new ``messages`` version is the whole list; the newest 20 are sliced from the
+latest checkpoint (``aget_tuple``); see :class:`LangGraph`. Items are built
+before the clock starts.
 
 A session filled to ``history`` gets its history through the public append,
 except ADK's: its ``append_event`` scans every stored event for a duplicate id,
 so filling 20,000 that way is quadratic; the events go straight onto its lists.
+LangGraph's filler checkpoints carry no list but the newest (see :class:`LangGraph`).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from bench._peers_timing import (
 from bench._report import Row
 
 CONTENT = "x" * 200
+MESSAGE = {"role": "user", "content": CONTENT}  # LangGraph's step
 WINDOW = 20
 OUR_GROWTH = 1.5  # ours reads and appends cost the same however long the history
 _ids = itertools.count()
@@ -138,37 +142,78 @@ class Adk:
 
 
 class LangGraph:
-    """LangGraph's ``InMemorySaver``, one checkpoint per step, run under asyncio."""
+    """LangGraph's ``InMemorySaver`` holding a conversation the way a graph does, under asyncio.
+
+    A graph keeps its conversation in the ``messages`` channel (``MessagesState``:
+    the list the ``add_messages`` reducer grows). Each step records the node's
+    write (``aput_writes``) and then a checkpoint (``aput``) whose new version
+    of ``messages`` is the whole list, which the saver serializes as one blob.
+    Reading the newest 20 messages reads the thread's latest checkpoint
+    (``aget_tuple``) and slices its list. Messages are plain dicts, LangGraph's
+    cheapest form (a graph's ``add_messages`` turns them into LangChain message
+    objects, which cost more to serialize).
+
+    The checkpoints a session is filled with go through ``aput`` too, but only
+    the newest carries its list: storing every earlier version of a long list
+    (what a graph does) would take quadratic time and memory to fill, and
+    changes nothing a timed call reads or writes. Each session has its own
+    saver, so a block's blobs are freed with it.
+    """
 
     run = staticmethod(run_asyncio)
 
     def __init__(self, sizes: Sizes) -> None:
         self.label = load.labelled(load.LANGGRAPH)
+        self.memory = load.load(load.LANGGRAPH)
         self.base = load.module("langgraph.checkpoint.base")
-        self.saver = load.load(load.LANGGRAPH).InMemorySaver()
-        # Built in order: checkpoint ids are time-ordered, fillers before appends.
-        self.checkpoints = [self._checkpoint(i) for i in range(sizes.big + sizes.ops)]
-        self.big = sizes.big
+        self.ops = sizes.ops
 
-    def _checkpoint(self, step: int) -> tuple[Any, dict[str, Any], dict[str, str]]:
+    def _checkpoint(
+        self, saver: Any, step: int, messages: list[dict[str, str]] | None, version: str | None
+    ) -> tuple[Any, dict[str, Any], dict[str, str]]:
+        """The checkpoint after ``step`` (a new version of ``messages``, if given)."""
         checkpoint = self.base.empty_checkpoint()
-        version = self.saver.get_next_version(None, None)
-        checkpoint["channel_values"] = {"messages": [{"role": "user", "content": CONTENT}]}
+        new_versions: dict[str, str] = {}
+        if messages is not None:
+            version = saver.get_next_version(version, None)
+            checkpoint["channel_values"] = {"messages": messages}
+            new_versions = {"messages": version}
         checkpoint["channel_versions"] = {"messages": version}
-        return checkpoint, {"source": "loop", "step": step, "parents": {}}, {"messages": version}
+        return checkpoint, {"source": "loop", "step": step, "parents": {}}, new_versions
 
     async def session(self, history: int) -> Handle:
+        saver = self.memory.InMemorySaver()
         thread = {"configurable": {"thread_id": new_session_id(), "checkpoint_ns": ""}}
-        handle = Handle(thread, iter(self.checkpoints[self.big :]), head=thread)
-        for checkpoint in self.checkpoints[:history]:
-            handle.head = await self.saver.aput(handle.head, *checkpoint)
+        handle = Handle((saver, thread), iter(()), head=thread)
+        version = None
+        for step in range(history):
+            newest = step == history - 1
+            checkpoint = self._checkpoint(
+                saver, step, [MESSAGE] * history if newest else None, version
+            )
+            version = checkpoint[0]["channel_versions"]["messages"]
+            handle.head = await saver.aput(handle.head, *checkpoint)
+        pending = []
+        for i in range(self.ops):  # built before the clock starts, as every subject's items are
+            checkpoint = self._checkpoint(
+                saver, history + i, [MESSAGE] * (history + i + 1), version
+            )
+            version = checkpoint[0]["channel_versions"]["messages"]
+            pending.append(checkpoint)
+        handle.pending = iter(pending)
         return handle
 
     async def append(self, handle: Handle) -> None:
-        handle.head = await self.saver.aput(handle.head, *next(handle.pending))
+        saver, _ = handle.session
+        checkpoint = next(handle.pending)
+        task = f"task-{checkpoint[1]['step']}"
+        await saver.aput_writes(handle.head, [("messages", [MESSAGE])], task)
+        handle.head = await saver.aput(handle.head, *checkpoint)
 
     async def read(self, handle: Handle) -> object:
-        return [item async for item in self.saver.alist(handle.session, limit=WINDOW)]
+        saver, thread = handle.session
+        latest = await saver.aget_tuple(thread)
+        return latest.checkpoint["channel_values"]["messages"][-WINDOW:]
 
 
 Subject = Ours | OursAsyncio | Adk | LangGraph

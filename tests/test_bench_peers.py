@@ -121,3 +121,30 @@ def test_spread_row_prints_median_and_min_max() -> None:
     table = render([SpreadRow("m", "d", 2.5, 1.0, True, low=1.25, high=3.0), Row("p", "q", 1.5, 2)])
     assert "2.50 (1.25-3.00)" in table
     assert "1.50" in table
+
+
+@needs_peers
+def test_langgraph_steps_grow_the_messages_channel_as_a_graph_does() -> None:
+    """Each LangGraph append records the node's write and a checkpoint holding the whole
+    conversation; the read slices the newest 20 messages from the latest checkpoint."""
+    from bench import _peers_mem
+
+    subject = _peers_mem.LangGraph(TINY)
+
+    async def scenario() -> None:
+        handle = await subject.session(30)
+        saver, thread = handle.session
+        latest = await saver.aget_tuple(thread)
+        assert len(latest.checkpoint["channel_values"]["messages"]) == 30
+        for _ in range(TINY.ops):
+            await subject.append(handle)
+        latest = await saver.aget_tuple(thread)
+        assert len(latest.checkpoint["channel_values"]["messages"]) == 30 + TINY.ops
+        parent = await saver.aget_tuple(latest.parent_config)
+        assert [write[1:] for write in parent.pending_writes] == [
+            ("messages", [_peers_mem.MESSAGE])
+        ]  # the node's write, recorded on the checkpoint it ran from
+        window = await subject.read(handle)
+        assert window == [_peers_mem.MESSAGE] * _peers_mem.WINDOW
+
+    subject.run(scenario)
