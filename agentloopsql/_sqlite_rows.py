@@ -32,6 +32,7 @@ from agentloop._validate import INT32_MAX, trusted_builder, validate_json
 from agentloopsql import _codec
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)  # times an int: cheaper than timedelta(0, 0, n)
 MICROS_MIN = _codec.to_micros(datetime.min.replace(tzinfo=UTC))
 MICROS_MAX = _codec.to_micros(datetime.max.replace(tzinfo=UTC))
 
@@ -92,7 +93,7 @@ def steps(session_id: str, rows: list[tuple[Any, ...]]) -> list[RunStep]:
             and content.__class__ is str
             and (args == "{}" or _json_ok(args))
         ):
-            created = _EPOCH + timedelta(0, 0, micros)
+            created = _EPOCH + _MICROSECOND * micros
             found.append(
                 _build(
                     session_id,
