@@ -6,14 +6,14 @@ import json
 import os
 import sqlite3
 
-import anyio
-
 from agentloop import FinalizeSummary, RunStep, Session, SessionInfo
+from agentloop._backend import checkpoint
 from agentloop._validate import check_seconds, preview
 from agentloopsql import _codec
 from agentloopsql import _sqlite_rows as _rows
 from agentloopsql._base import SqlStoreBase
 from agentloopsql._jobs import Read
+from agentloopsql._park import to_thread_shielded
 from agentloopsql._sqlite_exec import SqliteExecutor
 from agentloopsql._sqlite_lease import SqliteLeaseOps
 from agentloopsql._sqlite_paths import checked_path
@@ -295,10 +295,14 @@ class SqliteStore(InlineReads, SqlStoreBase[sqlite3.Connection]):
         timeout = check_seconds(busy_timeout, "busy_timeout")  # SQLite holds int ms
         executor = SqliteExecutor(lambda: connect(name, mode, timeout, verify), name, timeout)
         workers = Workers(executor, 1, "SqliteStore")
+        reader: InlineReader | None = None
         try:
             await workers.call(Read(_ready))
-            reader = await anyio.to_thread.run_sync(InlineReader.open, name)
+            reader = await to_thread_shielded(InlineReader.open, name)
+            await checkpoint()  # a cancellation that came while the reader opened lands here
         except BaseException:
+            if reader is not None:
+                reader.close()
             await workers.close()
             raise
         return cls(name, workers, reader)
