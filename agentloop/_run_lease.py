@@ -6,6 +6,7 @@ See "The loop and session leases" in ``docs/decisions.md``.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 import random
@@ -46,9 +47,30 @@ def _host() -> str:
 _HOST = _host()
 
 
+class _Process:
+    """This process's part of every owner: ``host:pid:random``, remade in a forked child.
+
+    A run's owner adds a counter to it, so a run costs no system call (``getpid``,
+    ``getrandom``). The 64 random bits tell apart two processes that had one pid in
+    turn, even one forked from the same parent (``os.register_at_fork``).
+    """
+
+    prefix = ""
+    runs: itertools.count[int] = itertools.count()
+
+    @classmethod
+    def renew(cls) -> None:
+        cls.prefix = f"{_HOST}:{os.getpid()}:{secrets.token_hex(8)}-"
+        cls.runs = itertools.count()
+
+
+_Process.renew()
+os.register_at_fork(after_in_child=_Process.renew)
+
+
 def new_owner() -> str:
-    """A lease owner unique to one run: ``host:pid:random``."""
-    return f"{_HOST}:{os.getpid()}:{secrets.token_hex(8)}"
+    """A lease owner unique to one run: ``host:pid:random-n`` (``n`` counts this process's runs)."""
+    return f"{_Process.prefix}{next(_Process.runs)}"
 
 
 def covers_appends(sessions: SessionStore, steps: StepStore) -> bool:

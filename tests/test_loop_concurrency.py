@@ -103,6 +103,6 @@ class TestConcurrency:
             await trio.sleep(0.01)
             with trio.move_on_after(0.02):
                 await loop.run("busy", "busy:never starts")  # cancelled while waiting
-        assert loop._locks == {}
+        assert loop._turns == {}
         steps = await loop.steps.all("busy")  # type: ignore[attr-defined]
         assert [s.content for s in steps] == ["busy:first", "echo busy:first"]
