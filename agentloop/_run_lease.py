@@ -6,12 +6,8 @@ See "The loop and session leases" in ``docs/decisions.md``.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import math
-import os
 import random
-import secrets
-import socket
 from typing import TYPE_CHECKING, cast
 
 import anyio
@@ -22,6 +18,7 @@ from agentloop._describe import describe, describe_message
 from agentloop._errors import LeaseLostError, SessionBusyError, StoreError
 from agentloop._events import LoopWarning
 from agentloop._lease import Lease, SupportsLease
+from agentloop._lease_owner import new_owner
 from agentloop._lease_renewals import renewals as current_renewals
 from agentloop._run import Run
 from agentloop._run_stores import RunStores
@@ -36,41 +33,6 @@ if TYPE_CHECKING:
 # delay jittered down to half so that workers waiting on one session spread out.
 _FIRST_POLL = 0.01
 _LAST_POLL = 0.5
-
-
-def _host() -> str:
-    """This machine's name as it can go into an owner (at most 64 ASCII characters)."""
-    name = socket.gethostname().encode("ascii", "replace").decode("ascii")
-    return name.replace("\x00", "?")[:64] or "host"
-
-
-_HOST = _host()
-
-
-class _Process:
-    """This process's part of every owner: ``host:pid:random``, remade in a forked child.
-
-    A run's owner adds a counter to it, so a run costs no system call (``getpid``,
-    ``getrandom``). The 64 random bits tell apart two processes that had one pid in
-    turn, even one forked from the same parent (``os.register_at_fork``).
-    """
-
-    prefix = ""
-    runs: itertools.count[int] = itertools.count()
-
-    @classmethod
-    def renew(cls) -> None:
-        cls.prefix = f"{_HOST}:{os.getpid()}:{secrets.token_hex(8)}-"
-        cls.runs = itertools.count()
-
-
-_Process.renew()
-os.register_at_fork(after_in_child=_Process.renew)
-
-
-def new_owner() -> str:
-    """A lease owner unique to one run: ``host:pid:random-n`` (``n`` counts this process's runs)."""
-    return f"{_Process.prefix}{next(_Process.runs)}"
 
 
 def covers_appends(sessions: SessionStore, steps: StepStore) -> bool:
