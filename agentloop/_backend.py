@@ -48,6 +48,7 @@ __all__ = [
     "clock",
     "new_lock",
     "on_trio",
+    "raise_pending_cancel",
     "take_lock",
     "timeout_error",
     "uncancellable",
@@ -163,6 +164,24 @@ async def take_lock(lock: Lock) -> None:
     else:
         await anyio.lowlevel.checkpoint_if_cancelled()
     await lock.acquire()
+
+
+def raise_pending_cancel() -> Awaitable[None]:
+    """Raise a cancellation already pending for the calling task; no schedule point otherwise.
+
+    For a caller whose next await is a checkpoint anyway (``Loop.run``, before
+    it takes its session's turn). Under trio that is ``checkpoint_if_cancelled``.
+    Under asyncio a ``Task.cancel()`` (or an expired ``asyncio.timeout``) not yet
+    undone (``Task.cancelling()``) gets a ``sleep(0)``, where it is delivered (a
+    schedule point, only then), and a cancelled anyio scope is raised by
+    ``anyio.lowlevel.checkpoint_if_cancelled``.
+    """
+    if _library.name == "trio":
+        return _checkpoint_if_cancelled()
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        return asyncio.sleep(0)
+    return anyio.lowlevel.checkpoint_if_cancelled()
 
 
 def cancel_scope(*, deadline: float = math.inf, shield: bool = False) -> Scope:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import inspect
+from collections import deque
 from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING
 
-import attrs
+import anyio
 
-from agentloop._backend import Lock, new_lock, take_lock
+from agentloop._backend import raise_pending_cancel
 from agentloop._compaction import Compactor
 from agentloop._config import LoopConfig, RunResult
 from agentloop._lease import SupportsLease
@@ -22,12 +23,6 @@ from agentloop._validate import check_text, preview, validate_session_id
 
 if TYPE_CHECKING:
     from agentloop._events import EventHandler
-
-
-@attrs.define
-class _SessionLock:
-    lock: Lock  # the backend's own: the loop holds it across one run
-    users: int = 0
 
 
 def _check_on_event(on_event: object) -> None:
@@ -82,7 +77,7 @@ class Loop:
     one store" in the README.
 
     A ``Loop`` runs under trio or asyncio (anyio's two backends), and belongs
-    to one event loop at a time (it holds that loop's locks while runs wait).
+    to one event loop at a time (runs waiting for a session wait on that loop's events).
 
     Raises:
         TypeError: an argument has the wrong type.
@@ -136,7 +131,9 @@ class Loop:
             on_event=on_event,
             compactor=compactor,
         )
-        self._locks: dict[str, _SessionLock] = {}
+        # Session id -> the runs waiting for its turn (``None`` until one waits); an
+        # entry exists while a run of that session holds the turn.
+        self._turns: dict[str, deque[anyio.Event] | None] = {}
         # Decided once: a store's capabilities and what its views cover do not change.
         self._leases = sessions if isinstance(sessions, SupportsLease) else None
         self._covered = covers_appends(sessions, steps)
@@ -156,20 +153,37 @@ class Loop:
         """The loop's settings."""
         return self._parts.config
 
-    # One lock per session with a waiter, dropped when the last run lets go, so a
-    # long-lived Loop keeps no lock for every session it ever ran. Taken inline in
-    # ``run``: an async context manager costs a short run more.
-    def _hold(self, session_id: str) -> _SessionLock:
-        entry = self._locks.get(session_id)
-        if entry is None:
-            entry = self._locks[session_id] = _SessionLock(new_lock())
-        entry.users += 1
-        return entry
+    # The per-session lock is a turn: taking a free one is a dict insert; a run that
+    # finds it taken waits on an event of its own, queued in arrival order (FIFO, as a
+    # backend lock). Nothing is made for a session nobody waits on, and its entry is
+    # dropped when the last run lets go, so a long-lived Loop keeps nothing per session.
+    async def _wait_turn(self, session_id: str) -> None:
+        """Wait until the run holding the session's turn hands it over (a checkpoint).
 
-    def _let_go(self, session_id: str, entry: _SessionLock) -> None:
-        entry.users -= 1
-        if entry.users == 0:
-            del self._locks[session_id]
+        A waiter cancelled before its turn came leaves the queue; one cancelled as the
+        turn was handed to it passes the turn on, so no run waits for it.
+        """
+        waiting = self._turns[session_id]
+        if waiting is None:
+            waiting = self._turns[session_id] = deque()
+        turn = anyio.Event()
+        waiting.append(turn)
+        try:
+            await turn.wait()
+        except BaseException:
+            if turn.is_set():
+                self._pass_turn(session_id)
+            else:
+                waiting.remove(turn)
+            raise
+
+    def _pass_turn(self, session_id: str) -> None:
+        """Hand the session's turn to the longest waiting run, or drop it when none waits."""
+        waiting = self._turns[session_id]
+        if waiting:
+            waiting.popleft().set()
+        else:
+            del self._turns[session_id]
 
     def _start(self, session_id: str, message: str) -> Awaitable[RunResult]:
         """The run itself, leased when the session store has leases (no extra frame)."""
@@ -229,12 +243,12 @@ class Loop:
         """
         validate_session_id(session_id)
         check_text(message, "message")
-        entry = self._hold(session_id)
+        await raise_pending_cancel()  # a cancelled run never takes the turn
+        if session_id in self._turns:
+            await self._wait_turn(session_id)
+        else:
+            self._turns[session_id] = None
         try:
-            await take_lock(entry.lock)
-            try:
-                return await self._start(session_id, message)
-            finally:
-                entry.lock.release()
+            return await self._start(session_id, message)
         finally:
-            self._let_go(session_id, entry)
+            self._pass_turn(session_id)

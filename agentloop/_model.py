@@ -112,22 +112,24 @@ class Message:
     )
 
 
-def trusted_message(
-    role: str,
-    content: str,
-    tool_calls: tuple[ToolCall, ...] = (),
-    tool_call_id: str | None = None,
-) -> Message:
-    """A :class:`Message` built without running its validators again (:func:`trusted_builder`).
+class _MessageBuilder(Protocol):
+    """How :data:`trusted_message` is called: as ``Message(...)``."""
 
-    For replay only, whose values were checked already (``RunStep`` fields,
-    ``ToolCall`` values, the loop's own constants): re-validating every message
-    of the window on every run was a large share of the loop's cost.
-    """
-    return _build_message(role, content, tool_calls, tool_call_id)
+    def __call__(
+        self,
+        role: str,
+        content: str,
+        tool_calls: tuple[ToolCall, ...] = (),
+        tool_call_id: str | None = None,
+    ) -> Message: ...
 
 
-_build_message = trusted_builder(Message)
+# A :class:`Message` built without running its validators again (:func:`trusted_builder`),
+# the builder itself (no call in between). For replay and the loop only, whose values
+# were checked already (``RunStep`` fields, ``ToolCall`` values, the loop's own
+# constants): re-validating every message of the window on every run was a large share
+# of the loop's cost.
+trusted_message: _MessageBuilder = trusted_builder(Message)
 
 
 @attrs.frozen

@@ -134,12 +134,13 @@ class Run:
 
         budget = config.token_budget
         for _ in range(config.max_iterations):
-            used = record.prompt_tokens + record.completion_tokens
-            if budget is not None and used >= budget:
-                await record.append(
-                    StepType.error, f"token_budget exhausted: {used} of {budget} tokens used"
-                )
-                return RunStatus.budget_exhausted, ""
+            if budget is not None:
+                used = record.prompt_tokens + record.completion_tokens
+                if used >= budget:
+                    await record.append(
+                        StepType.error, f"token_budget exhausted: {used} of {budget} tokens used"
+                    )
+                    return RunStatus.budget_exhausted, ""
             started = record.now()
             reply = await self._complete(session)
             seconds = record.now() - started
@@ -252,9 +253,10 @@ class Run:
                 )
             )
         await record.append_batch(batch)  # every call of the reply, or none of them
-        self._conversation.add(
-            trusted_message("assistant", reply.content, reply.tool_calls), first_index
-        )
+        # Conversation.add inline (twice per call): the message, then the step it came from.
+        messages, sources = self._conversation.messages, self._conversation.sources
+        messages.append(trusted_message("assistant", reply.content, reply.tool_calls))
+        sources.append(first_index)
         now = record.now
         for call, arguments in zip(reply.tool_calls, decoded, strict=True):
             started = now()
@@ -265,7 +267,8 @@ class Run:
                 tool_result_args(call),
                 seconds=now() - started,
             )
-            self._conversation.add(trusted_message("tool", output, (), call.id), index)
+            messages.append(trusted_message("tool", output, (), call.id))
+            sources.append(index)
 
     async def _call_tool(self, call: ToolCall, args: object) -> str:
         """The tool's output, or an ``Error:`` text; persists changed working memory.

@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import random
-import secrets
-import socket
 from typing import TYPE_CHECKING, cast
 
 import anyio
@@ -21,6 +18,7 @@ from agentloop._describe import describe, describe_message
 from agentloop._errors import LeaseLostError, SessionBusyError, StoreError
 from agentloop._events import LoopWarning
 from agentloop._lease import Lease, SupportsLease
+from agentloop._lease_owner import new_owner
 from agentloop._lease_renewals import renewals as current_renewals
 from agentloop._run import Run
 from agentloop._run_stores import RunStores
@@ -35,20 +33,6 @@ if TYPE_CHECKING:
 # delay jittered down to half so that workers waiting on one session spread out.
 _FIRST_POLL = 0.01
 _LAST_POLL = 0.5
-
-
-def _host() -> str:
-    """This machine's name as it can go into an owner (at most 64 ASCII characters)."""
-    name = socket.gethostname().encode("ascii", "replace").decode("ascii")
-    return name.replace("\x00", "?")[:64] or "host"
-
-
-_HOST = _host()
-
-
-def new_owner() -> str:
-    """A lease owner unique to one run: ``host:pid:random``."""
-    return f"{_HOST}:{os.getpid()}:{secrets.token_hex(8)}"
 
 
 def covers_appends(sessions: SessionStore, steps: StepStore) -> bool:

@@ -156,13 +156,14 @@ class RunRecord:
         """
         index = self.next_index
         if index < INT32_MAX:  # as next_step builds it (which raises past the last index)
+            ms = int(seconds * 1000)  # _ms inline: once per step
             step = _build_step(
                 self._stores.session_id,
                 index,
                 kind,
                 content,
                 tool_args,
-                _ms(seconds),
+                (ms if ms <= INT32_MAX else INT32_MAX) if ms > 0 else 0,
                 prompt_tokens,
                 completion_tokens,
             )
@@ -331,6 +332,8 @@ class RunRecord:
         always matches the status the store holds.
         """
         self._finalized = True
+        if not self._watched:  # no on_event: nothing to build
+            return
         try:
             self._emit(Finalized(self._stores.session_id, summary))
         except Exception as exc:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from agentloop._batch import append_all
 from agentloop._describe import describe_message
@@ -45,21 +45,15 @@ class RunStores:
     write raises ``LeaseLostError`` without calling the store.
     """
 
-    __slots__ = ("_batches", "lease_lost", "session_id", "sessions", "steps")
+    __slots__ = ("atomic_batches", "lease_lost", "session_id", "sessions", "steps")
 
     def __init__(self, steps: StepStore, sessions: SessionStore, session_id: str) -> None:
         self.steps = steps
         self.sessions = sessions
         self.session_id = session_id
         self.lease_lost: LeaseLostError | None = None  # set once the run's lease is lost
-        self._batches: bool | None = None  # whether ``steps`` has append_many, once asked
-
-    @property
-    def atomic_batches(self) -> bool:
-        """Whether the step store has ``append_many`` (``SupportsAppendMany``)."""
-        if self._batches is None:
-            self._batches = has_append_many(self.steps)
-        return self._batches
+        # Whether the step store has ``append_many`` (``SupportsAppendMany``).
+        self.atomic_batches = has_append_many(steps)
 
     def _refused(self, operation: str) -> LeaseLostError:
         return LeaseLostError(
@@ -113,7 +107,8 @@ class RunStores:
             raise self._refused("append_many") from self.lease_lost
         try:
             if self.atomic_batches:
-                await cast("SupportsAppendMany", self.steps).append_many(steps)
+                batching: SupportsAppendMany = self.steps  # type: ignore[assignment]
+                await batching.append_many(steps)
             else:
                 await append_all(self.steps, steps)
         except LeaseLostError as exc:

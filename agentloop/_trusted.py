@@ -36,13 +36,17 @@ def trusted_builder(cls: type[T]) -> Callable[..., T]:
 def _compile(cls: type[T]) -> Callable[..., T]:
     if not attrs.has(cls) or "__slots__" not in cls.__dict__:
         raise TypeError(f"trusted_builder needs a slotted attrs class, got {cls!r}")
-    scope: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_UNSET": _UNSET}
+    scope: dict[str, Any] = {
+        "_new": object.__new__,
+        "_twin": _twin(cls),
+        "_cls": cls,
+        "_UNSET": _UNSET,
+    }
     params: list[str] = []
     keyword_only: list[str] = []
     body: list[str] = []
     for index, field in enumerate(attrs.fields(cls)):
         arg = field.alias
-        scope[f"_set{index}"] = cls.__dict__[field.name].__set__  # the slot, past frozen setattr
         default = field.default
         if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
             if default.takes_self:
@@ -56,12 +60,31 @@ def _compile(cls: type[T]) -> Callable[..., T]:
             scope[f"_default{index}"] = default
             param = f"{arg}=_default{index}"
         (keyword_only if field.kw_only else params).append(param)
-        body.append(f"    _set{index}(self, {arg})")
+        body.append(f"    self.{field.name} = {arg}")
     signature = ", ".join(params + (["*", *keyword_only] if keyword_only else []))
     source = (
         f"def build_{cls.__name__}({signature}):\n"
-        "    self = _new(_cls)\n" + "\n".join(body) + "\n    return self\n"
+        "    self = _new(_twin)\n"
+        + "\n".join(body)
+        + "\n    self.__class__ = _cls\n    return self\n"
     )
     exec(source, scope)  # generated from field names only, as attrs itself does
     builder: Callable[..., T] = scope[f"build_{cls.__name__}"]
     return builder
+
+
+def _twin(cls: type[T]) -> type[T]:
+    """A subclass of ``cls`` adding no slot, whose attributes are set the plain way.
+
+    The builder fills a value of it with plain attribute stores, then gives it its
+    class (``__class__`` may change between layouts this alike): a slot set through
+    its descriptor, past a frozen class's ``__setattr__``, costs several times more (a
+    call through a method wrapper per field). Both ``__setattr__`` and ``__delattr__``
+    are ``object``'s, so its stores take the interpreter's fast path for slots.
+    """
+    namespace = {
+        "__slots__": (),
+        "__setattr__": object.__setattr__,
+        "__delattr__": object.__delattr__,
+    }
+    return type(f"_Trusted{cls.__name__}", (cls,), namespace)

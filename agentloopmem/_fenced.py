@@ -31,6 +31,10 @@ class FencedSessionStore:
     def __init__(self, sessions: SessionStore, lease: Lease) -> None:
         self._sessions = sessions
         self._lease = lease
+        # The session's lease entry, changed in place by every grant and never replaced
+        # while the store is open: a fenced append compares it with ``lease`` directly
+        # (the latest grant passes every rule of ``check_fence``, which judges the rest).
+        self._grant = sessions._leases.latest(lease.session_id)
 
     @property
     def lease(self) -> Lease:
@@ -161,7 +165,9 @@ class FencedStore(FencedSessionStore):
         with sessions._lock:
             if sessions._closed:
                 sessions._check_open()
-            sessions._leases.check_fence(self._lease)
+            grant, lease = self._grant, self._lease
+            if grant is None or grant.token != lease.token or grant.owner != lease.owner:
+                sessions._leases.check_fence(lease)
             with steps._lock:
                 if steps._closed:
                     steps._check_open()
@@ -200,7 +206,9 @@ class FencedStore(FencedSessionStore):
         with sessions._lock:
             if sessions._closed:
                 sessions._check_open()
-            sessions._leases.check_fence(self._lease)
+            grant, lease = self._grant, self._lease
+            if grant is None or grant.token != lease.token or grant.owner != lease.owner:
+                sessions._leases.check_fence(lease)
             with steps_store._lock:
                 if steps_store._closed:
                     steps_store._check_open()

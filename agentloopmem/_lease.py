@@ -75,6 +75,10 @@ class LeaseTable:
         if held.token == lease.token:
             held.released = True
 
+    def latest(self, session_id: str) -> _Held | None:
+        """The session's entry (its latest grant), or ``None`` before the first one."""
+        return self._held.get(session_id)
+
     def check_granted(self, lease: Lease) -> _Held:
         """The session's entry; ``ValueError`` if this store never granted ``lease``."""
         held = self._held.get(lease.session_id)

@@ -233,3 +233,28 @@ async def test_scripted_model_complete_is_a_checkpoint_under_asyncio() -> None:
     assert (await model.complete(request)).content == "a"
     assert other_ran
     await task
+
+
+async def test_a_waiter_cancelled_as_its_turn_comes_passes_the_turn_on() -> None:
+    """``Task.cancel()`` lands on a waiting run just after the session's turn was handed to
+    it (before it ran again): it passes the turn on, so the run queued behind it runs."""
+    loop = Loop(model=SlowModel(0.02))
+    tasks: list[asyncio.Task[object]] = []
+
+    async def first() -> None:
+        await loop.run("s", "first")
+        tasks[0].cancel()  # the turn was just handed to it; it has not run since
+
+    async with asyncio.timeout(5):
+        holder = asyncio.create_task(first())
+        await asyncio.sleep(0.005)
+        tasks.append(asyncio.create_task(loop.run("s", "cancelled")))
+        await asyncio.sleep(0.005)
+        last = asyncio.create_task(loop.run("s", "last"))
+        await holder
+        with pytest.raises(asyncio.CancelledError):
+            await tasks[0]
+        await last
+    steps = await loop.steps.all("s")  # type: ignore[attr-defined]
+    assert [s.content for s in steps if s.step_type is StepType.user] == ["first", "last"]
+    assert loop._turns == {}

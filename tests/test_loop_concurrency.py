@@ -1,9 +1,13 @@
-"""Runs of one session serialize; different sessions run concurrently; locks are not leaked."""
+"""Runs of one session serialize (in arrival order); different sessions run concurrently;
+locks are not leaked."""
 
 from __future__ import annotations
 
+import anyio
+import pytest
 import trio
 import trio.testing
+from _loop_helpers import SlowModel
 
 from agentloop import Loop, ModelReply, ModelRequest, RunStatus, StepType
 
@@ -103,6 +107,48 @@ class TestConcurrency:
             await trio.sleep(0.01)
             with trio.move_on_after(0.02):
                 await loop.run("busy", "busy:never starts")  # cancelled while waiting
-        assert loop._locks == {}
+        assert loop._turns == {}
         steps = await loop.steps.all("busy")  # type: ignore[attr-defined]
         assert [s.content for s in steps] == ["busy:first", "echo busy:first"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["trio", "asyncio"])
+class TestSessionTurns:
+    """The per-session lock: a FIFO queue of waiting runs, on both backends."""
+
+    async def test_waiting_runs_go_in_arrival_order(self) -> None:
+        """Runs that queue for one session run in the order they arrived."""
+        loop = Loop(model=SlowModel(0.01))
+        async with anyio.create_task_group() as tg:
+            for n in range(5):
+                tg.start_soon(loop.run, "s", f"m{n}")
+                await anyio.sleep(0.002)  # each run queues before the next starts
+        steps = await loop.steps.all("s")  # type: ignore[attr-defined]
+        assert [s.content for s in steps if s.step_type is StepType.user] == [
+            f"m{n}" for n in range(5)
+        ]
+        assert loop._turns == {}
+
+    async def test_a_cancelled_waiter_leaves_the_queue(self) -> None:
+        """A run cancelled while it waits is dropped from the queue; the next one still runs."""
+        loop = Loop(model=SlowModel(0.05))
+        scopes: list[anyio.CancelScope] = []
+
+        async def waiter() -> None:
+            with anyio.CancelScope() as scope:
+                scopes.append(scope)
+                await loop.run("s", "never")
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(loop.run, "s", "first")
+                await anyio.sleep(0.01)
+                tg.start_soon(waiter)
+                await anyio.sleep(0.01)
+                tg.start_soon(loop.run, "s", "last")  # queued behind the one cancelled next
+                await anyio.sleep(0.01)
+                scopes[0].cancel()
+        steps = await loop.steps.all("s")  # type: ignore[attr-defined]
+        assert [s.content for s in steps if s.step_type is StepType.user] == ["first", "last"]
+        assert loop._turns == {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -33,6 +34,7 @@ from agentloop import (
     Tool,
     ToolContext,
 )
+from agentloop._lease_owner import new_owner
 
 BASE = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -185,7 +187,7 @@ class TestExclusion:
         assert (await shared.sessions.final("s")).status is RunStatus.completed  # type: ignore[union-attr]
 
     async def test_fresh_owner_per_run(self) -> None:
-        """Each run acquires with its own owner (host:pid:random), so each gets a new token."""
+        """Each run acquires with its own owner (host:pid:random-n), so each gets a new token."""
         owners: list[str] = []
         tokens: list[int] = []
 
@@ -200,8 +202,24 @@ class TestExclusion:
         await loop.run("s", "one")
         await loop.run("s", "two")
         assert len(set(owners)) == 2
-        assert all(re.fullmatch(r".+:\d+:[0-9a-f]{16}", owner) for owner in owners)
+        assert all(re.fullmatch(r".+:\d+:[0-9a-f]{16}-\d+", owner) for owner in owners)
         assert tokens == [1, 2]
+
+    def test_forked_child_owners_differ_from_the_parent(self) -> None:
+        """A forked child makes owners of its own pid and random part, not the parent's."""
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report one owner, then leave at once
+            os.write(write, new_owner().encode())
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as pipe:
+            child = pipe.read().decode()
+        os.waitpid(pid, 0)
+        parent = new_owner()
+        assert child.split(":")[1] == str(pid)
+        assert child.rsplit("-", 1)[0] != parent.rsplit("-", 1)[0]
+        assert child.split(":")[2][:16] != parent.split(":")[2][:16]
 
     async def test_cancelled_while_waiting_holds_nothing(
         self, autojump_clock: trio.testing.MockClock
