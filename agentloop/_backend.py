@@ -34,7 +34,6 @@ import sniffio
 import trio
 
 __all__ = [
-    "Lock",
     "LoopGoneError",
     "LoopHandle",
     "Scope",
@@ -46,10 +45,8 @@ __all__ = [
     "checkpoint",
     "checkpoint_step",
     "clock",
-    "new_lock",
     "on_trio",
     "raise_pending_cancel",
-    "take_lock",
     "timeout_error",
     "uncancellable",
 ]
@@ -132,38 +129,6 @@ def clock() -> Callable[[], float]:
 
 
 Scope: TypeAlias = "trio.CancelScope | anyio.CancelScope"
-Lock: TypeAlias = "trio.Lock | asyncio.Lock"
-
-
-def new_lock() -> Lock:
-    """A lock of the running backend: ``trio.Lock`` or ``asyncio.Lock`` (FIFO on both)."""
-    return trio.Lock() if _library.name == "trio" else asyncio.Lock()
-
-
-async def take_lock(lock: Lock) -> None:
-    """``lock.acquire()``, with no schedule point when nothing is pending and the lock is free.
-
-    For a caller whose next await is a checkpoint anyway (the loop's first store
-    call). A cancellation already pending is raised before the lock is taken.
-    Under trio that is ``checkpoint_if_cancelled`` and ``acquire_nowait``. Under
-    asyncio a ``Task.cancel()`` (or an expired ``asyncio.timeout``) not yet
-    undone (``Task.cancelling()``) gets a ``sleep(0)`` where it is delivered, and
-    a cancelled anyio scope is raised by ``anyio.lowlevel.checkpoint_if_cancelled``.
-    A contended lock is waited for (a checkpoint) as before.
-    """
-    if isinstance(lock, trio.Lock):
-        await trio.lowlevel.checkpoint_if_cancelled()
-        try:
-            lock.acquire_nowait()  # fails while another task holds it or waits for it
-        except trio.WouldBlock:
-            await lock.acquire()
-        return
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        await asyncio.sleep(0)
-    else:
-        await anyio.lowlevel.checkpoint_if_cancelled()
-    await lock.acquire()
 
 
 def raise_pending_cancel() -> Awaitable[None]:

@@ -295,17 +295,7 @@ class SqliteStore(InlineReads, SqlStoreBase[sqlite3.Connection]):
         timeout = check_seconds(busy_timeout, "busy_timeout")  # SQLite holds int ms
         executor = SqliteExecutor(lambda: connect(name, mode, timeout, verify), name, timeout)
         workers = Workers(executor, 1, "SqliteStore")
-        reader: InlineReader | None = None
-        try:
-            await workers.call(Read(_ready))
-            reader = await to_thread_shielded(InlineReader.open, name)
-            await checkpoint()  # a cancellation that came while the reader opened lands here
-        except BaseException:
-            if reader is not None:
-                reader.close()
-            await workers.close()
-            raise
-        return cls(name, workers, reader)
+        return cls(name, workers, await _start(workers, name))
 
     @property
     def path(self) -> str:
@@ -341,3 +331,19 @@ def _checked_mode(synchronous: object) -> str:
     if synchronous.lower() not in SYNCHRONOUS:
         raise ValueError(f"synchronous must be one of {SYNCHRONOUS}, got {synchronous!r}")
     return synchronous.lower()
+
+
+async def _start(workers: Workers[sqlite3.Connection], name: str) -> InlineReader | None:
+    """Migrate through the writer, then open the inline reader; on any failure or
+    cancellation (one that came while the reader opened included) close both, then raise."""
+    reader: InlineReader | None = None
+    try:
+        await workers.call(Read(_ready))
+        reader = await to_thread_shielded(InlineReader.open, name)
+        await checkpoint()  # a cancellation that came while the reader opened lands here
+    except BaseException:
+        if reader is not None:
+            reader.close()
+        await workers.close()
+        raise
+    return reader
