@@ -6,13 +6,14 @@ psycopg is imported lazily: ``import agentloopsql`` works without it, and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import anyio
 
 from agentloop import StoreUnavailableError
 from agentloop._validate import check_seconds, preview
 from agentloopsql._base import SqlStoreBase
+from agentloopsql._jobs import AnyWork, Append, FencedAppend, IdempotentWrite, KeyedWrite, Read
 from agentloopsql._park import to_thread_shielded
 from agentloopsql._worker import Workers
 
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from agentloopsql._pg_ops import PgOps
 
     Conn = psycopg.Connection[Any]
+
+R = TypeVar("R")
 
 _MISSING = "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'agentloop[postgres]'"
 
@@ -80,11 +83,17 @@ class PostgresStore(SqlStoreBase["Conn"]):
     """
 
     def __init__(
-        self, pool: psycopg_pool.ConnectionPool[Any], ops: PgOps, schema: str, size: int
+        self,
+        pool: psycopg_pool.ConnectionPool[Any],
+        ops: PgOps,
+        schema: str,
+        size: int,
+        connect: tuple[str, dict[str, Any], int | None],
     ) -> None:
-        """Use :meth:`open`."""
+        """Use :meth:`open`. ``connect`` is the DSN, connection keywords and statement timeout."""
         from agentloopsql._pg_errors import waited_error
         from agentloopsql._pg_exec import PgExecutor
+        from agentloopsql._pg_fast import FastAppends
 
         self._pool = pool
         self._ops = ops
@@ -94,7 +103,23 @@ class PostgresStore(SqlStoreBase["Conn"]):
         self._workers: Workers[Conn] = Workers(
             executor, size, "PostgresStore", queue_timeout=expired
         )
+        self._fast = FastAppends(*connect, ops, executor)
         self._closed = False
+
+    @overload
+    async def _run(self, work: Read[Conn, R] | IdempotentWrite[Conn, R]) -> R: ...
+    @overload
+    async def _run(self, work: KeyedWrite[Conn] | Append[Conn]) -> None: ...
+    async def _run(self, work: AnyWork[Conn]) -> object:
+        """A lone append on the event loop thread (``_pg_fast``) when its connection is
+        free and no worker is busy; everything else on the worker threads, where appends
+        made meanwhile share a commit."""
+        if isinstance(work, Append | FencedAppend) and len(work.rows) == 1 and self._workers.idle:
+            conn = self._fast.take()
+            if conn is not None:
+                await self._fast.append(conn, work)
+                return None
+        return await self._workers.call(work)
 
     @classmethod
     async def open(
@@ -156,7 +181,7 @@ class PostgresStore(SqlStoreBase["Conn"]):
         name, ops = await connect.first_connection(dsn, kwargs, schema, statement_ms)
         pool = connect.new_pool(dsn, kwargs, pool_size, timeout, statement_ms)
         await _fill_or_close(pool, dsn, kwargs, pool_size, timeout)
-        return cls(pool, ops, name, pool_size)
+        return cls(pool, ops, name, pool_size, (dsn, kwargs, statement_ms))
 
     @property
     def schema(self) -> str:
@@ -171,6 +196,7 @@ class PostgresStore(SqlStoreBase["Conn"]):
         **Cancellation handling**: shielded; once called, the store ends closed.
         """
         self._closed = True
+        await self._fast.aclose()  # first: a call it lost settles on the pool
         await self._workers.close()  # every call under way finishes first
         await to_thread_shielded(self._pool.close)
 
