@@ -57,6 +57,15 @@ class PostgresStore(SqlStoreBase["Conn"]):
     a ``StoreError`` naming the rule; ``StoreUnavailableError`` means retrying
     later may succeed (a lost connection, a timeout, a server going away).
 
+    **A lone append runs on the event loop thread**: an ``append`` (or a fenced
+    ``append`` of the leased session) made while no worker is busy uses one more
+    connection the store keeps for it (so plan for ``pool_size + 1``), driven
+    without blocking by the calling loop, trio or asyncio, with no thread hop.
+    It has the pool's settings and serves one call at a time; while it is busy
+    (or a worker is), appends take the worker path. It is opened in the
+    background when an append first finds none, and again after it was dropped.
+    Errors, cancellation and the retry after a lost connection are as below.
+
     **Durable when it returns** means PostgreSQL acknowledged the commit: with
     the server's default ``synchronous_commit = on`` its WAL was flushed to
     disk (and to synchronous standbys, if configured). A server running with
@@ -79,7 +88,11 @@ class PostgresStore(SqlStoreBase["Conn"]):
     A statement the server cancelled rolled back, so the call raises the
     backend's cancellation; one that had already committed returns normally. A
     call being retried after a lost connection is not cancelled on the server
-    (its first attempt's outcome is still being settled).
+    (its first attempt's outcome is still being settled). A lone append on the
+    event loop thread is cancelled on the server the same way once sent (before,
+    it did nothing); its caller waits, shielded, up to 10 s for the statement's
+    end, then counts the connection as lost (the retry above settles the call).
+    After a cancel request that connection is closed, never reused.
     """
 
     def __init__(
@@ -189,7 +202,7 @@ class PostgresStore(SqlStoreBase["Conn"]):
         return self._schema
 
     async def aclose(self) -> None:
-        """Wait for calls under way, then close every pooled connection; idempotent.
+        """Wait for calls under way, then close every connection; idempotent.
 
         Later calls raise ``StoreClosedError``.
 
