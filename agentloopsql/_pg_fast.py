@@ -188,7 +188,7 @@ class FastAppends:
         """Free the connection for the next caller, or drop it (closed in a thread)."""
         with self._lock:
             cancelling, self._cancelling = self._cancelling, None
-            if not keep:
+            if not keep or cancelling is not None:  # a cancel request was sent on it
                 self._conn = None
                 closer = threading.Thread(
                     target=_close,
