@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -131,14 +132,17 @@ class FastAppends:
     ) -> tuple[bool, BaseException | None]:
         """Run ``work`` on ``conn``: whether ``conn`` may serve another call, and what to
         raise if the server or the lease check refused it."""
-        (step, key), fenced = work.rows[0], isinstance(work, FencedAppend)
+        step, key = work.rows[0]
+        fenced = isinstance(work, FencedAppend)
+        params: Sequence[object]
         if isinstance(work, FencedAppend):
             query, params = self._ops.fenced_statement(work.lease, [(step, key)])
         else:
-            query, params = self._ops.q["append"], list(step_params(step, key))
+            query, params = self._ops.q["append"], step_params(step, key)
         conn.absorbed = None
+        cursor = conn.statements
         try:
-            cursor = await conn.execute(query, params, prepare=True)
+            await cursor.execute(query, params, prepare=True)
             row = await cursor.fetchone() if fenced else None
         except psycopg.Error as exc:
             if isinstance(exc, Unsettled) or conn.broken or conn.closed:

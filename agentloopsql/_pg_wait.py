@@ -66,15 +66,21 @@ async def wait_socket(fd: int, wait: int, deadline: float = math.inf) -> int:
     the whole request before it answers, so there is nothing to read meanwhile
     (a peer that closes makes the socket writable too).
     """
-    if on_trio():
-        with trio.move_on_at(deadline):
-            if wait == _R:
-                await trio.lowlevel.wait_readable(fd)
-                return _READY_R
-            await trio.lowlevel.wait_writable(fd)
-            return _READY_W
-        return 0
-    return await _asyncio_wait(fd, wait, deadline)
+    if not on_trio():
+        return await _asyncio_wait(fd, wait, deadline)
+    if deadline == math.inf:  # the hot path: no cancel scope of its own
+        return await _trio_wait(fd, wait)
+    with trio.move_on_at(deadline):
+        return await _trio_wait(fd, wait)
+    return 0
+
+
+async def _trio_wait(fd: int, wait: int) -> int:
+    if wait == _R:
+        await trio.lowlevel.wait_readable(fd)
+        return _READY_R
+    await trio.lowlevel.wait_writable(fd)
+    return _READY_W
 
 
 async def _asyncio_wait(fd: int, wait: int, deadline: float) -> int:
@@ -117,6 +123,7 @@ class LoopConnection(psycopg.AsyncConnection[Any]):
         self.lock = _Unlocked()  # type: ignore[assignment]
         self.on_cancel: Callable[[], None] | None = None
         self.absorbed: BaseException | None = None
+        self.statements = self.cursor()  # reused by every call: one cursor less per statement
 
     async def wait(
         self,
@@ -127,11 +134,16 @@ class LoopConnection(psycopg.AsyncConnection[Any]):
         """Drive ``gen`` to its end; see the module docstring. ``interval`` is not needed."""
         fd = self.pgconn.socket
         deadline = math.inf if timeout is None else clock()() + timeout
+        trio_reads = on_trio() and timeout is None
         try:
             wait = next(gen)
             while True:
                 try:
-                    ready = await wait_socket(fd, wait, deadline)
+                    if trio_reads and wait == _R:  # the hot path: the answer to a request
+                        await trio.lowlevel.wait_readable(fd)
+                        ready: int = _READY_R
+                    else:
+                        ready = await wait_socket(fd, wait, deadline)
                 except cancelled_error() as exc:
                     if self.on_cancel is None:
                         raise
