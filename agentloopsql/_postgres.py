@@ -6,6 +6,7 @@ psycopg is imported lazily: ``import agentloopsql`` works without it, and
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import anyio
@@ -117,6 +118,11 @@ class PostgresStore(SqlStoreBase["Conn"]):
             executor, size, "PostgresStore", queue_timeout=expired
         )
         self._fast = FastAppends(*connect, ops, executor)
+        # Calls under way (any thread): the fast path serves an append made alone.
+        # One that ends while others wait for a worker has not returned to its caller
+        # yet, so callers woken together by one group commit find each other here.
+        self._counting = threading.Lock()
+        self._under_way = 0
         self._closed = False
 
     @overload
@@ -124,15 +130,22 @@ class PostgresStore(SqlStoreBase["Conn"]):
     @overload
     async def _run(self, work: KeyedWrite[Conn] | Append[Conn]) -> None: ...
     async def _run(self, work: AnyWork[Conn]) -> object:
-        """A lone append on the event loop thread (``_pg_fast``) when its connection is
-        free and no worker is busy; everything else on the worker threads, where appends
-        made meanwhile share a commit."""
-        if isinstance(work, Append | FencedAppend) and len(work.rows) == 1 and self._workers.idle:
-            conn = self._fast.take()
-            if conn is not None:
-                await self._fast.append(conn, work)
-                return None
-        return await self._workers.call(work)
+        """An append made while no other call is under way runs on the event loop thread
+        (``_pg_fast``) if its connection is free; everything else on the worker threads,
+        where appends made together share a commit."""
+        with self._counting:
+            self._under_way += 1
+            alone = self._under_way == 1
+        try:
+            if alone and isinstance(work, Append | FencedAppend) and len(work.rows) == 1:
+                conn = self._fast.take() if self._workers.idle else None
+                if conn is not None:
+                    await self._fast.append(conn, work)
+                    return None
+            return await self._workers.call(work)
+        finally:
+            with self._counting:
+                self._under_way -= 1
 
     @classmethod
     async def open(

@@ -120,6 +120,26 @@ async def test_appends_join_busy_workers(store: PostgresStore) -> None:
     assert [s.step_index for s in await store.all("s")] == [0]
 
 
+async def test_an_append_made_while_another_call_is_under_way_takes_the_workers(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counted per store, not only by busy workers: callers woken together by one group
+    commit (workers idle, none returned yet) must not split off one fast append."""
+    monkeypatch.setattr(type(store._workers), "idle", property(lambda self: True))
+    gate = threading.Event()
+    before = store._fast.calls
+    async with anyio.create_task_group() as group:
+        await occupy(store, group, gate)  # a call under way
+        try:
+            await store.append(step(0))
+        finally:
+            gate.set()
+    assert store._fast.calls == before
+    await store.append(step(1))  # alone again
+    assert store._fast.calls == before + 1
+    assert [s.step_index for s in await store.all("s")] == [0, 1]
+
+
 async def test_a_refused_row_fails_alike_on_both_paths(store: PostgresStore, dsn: str) -> None:
     raw(dsn, f"ALTER TABLE \"{store.schema}\".steps ADD CONSTRAINT no_bad CHECK (content <> 'bad')")
     kept = store._fast._conn
