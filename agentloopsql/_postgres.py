@@ -59,11 +59,11 @@ class PostgresStore(SqlStoreBase["Conn"]):
     later may succeed (a lost connection, a timeout, a server going away).
 
     **A lone append runs on the event loop thread**: an ``append`` (or a fenced
-    ``append`` of the leased session) made while no worker is busy uses one more
+    ``append`` of the leased session) made while no other call is under way uses one more
     connection the store keeps for it (so plan for ``pool_size + 1``), driven
     without blocking by the calling loop, trio or asyncio, with no thread hop.
-    It has the pool's settings and serves one call at a time; while it is busy
-    (or a worker is), appends take the worker path. It is opened in the
+    It has the pool's settings and serves one call at a time; appends made
+    while other calls are under way take the worker path. It is opened in the
     background when an append first finds none, and again after it was dropped.
     Errors, cancellation and the retry after a lost connection are as below.
 
