@@ -44,7 +44,6 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from agentloop import LeaseLostError
-from agentloop._backend import call_starts
 from agentloopsql._jobs import Append, FencedAppend
 from agentloopsql._park import redeliver, to_thread_shielded
 from agentloopsql._pg_append import judge_fence, step_params
@@ -111,14 +110,12 @@ class FastAppends:
     async def append(self, conn: LoopConnection, work: Append[Conn] | FencedAppend[Conn]) -> None:
         """Run ``work`` (one row) on ``conn``, which :meth:`take` gave the caller; give it back.
 
+        The caller made the call's checkpoint just before :meth:`take` (a
+        cancellation pending then landed there, before anything was sent).
+
         Raises:
             As the worker path for the same work; see the module docstring.
         """
-        try:
-            await call_starts()  # a cancellation pending now lands before anything is sent
-        except BaseException:
-            self._give_back(conn, keep=True)
-            raise
         keep = False
         try:
             keep, refused = await self._run(conn, work)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import anyio
 
 from agentloop import StoreUnavailableError
+from agentloop._backend import checkpoint_step
 from agentloop._validate import check_seconds, preview
 from agentloopsql._base import SqlStoreBase
 from agentloopsql._jobs import AnyWork, Append, FencedAppend, IdempotentWrite, KeyedWrite, Read
@@ -138,7 +139,11 @@ class PostgresStore(SqlStoreBase["Conn"]):
             alone = self._under_way == 1
         try:
             if alone and isinstance(work, Append | FencedAppend) and len(work.rows) == 1:
-                conn = self._fast.take() if self._workers.idle else None
+                # The call's checkpoint, first: callers started together (a burst of
+                # tasks) all count themselves in before this one decides it is alone.
+                await checkpoint_step()
+                alone = self._under_way == 1 and self._workers.idle
+                conn = self._fast.take() if alone else None
                 if conn is not None:
                     await self._fast.append(conn, work)
                     return None

@@ -140,6 +140,18 @@ async def test_an_append_made_while_another_call_is_under_way_takes_the_workers(
     assert [s.step_index for s in await store.all("s")] == [0, 1]
 
 
+async def test_appends_started_together_all_take_the_workers(store: PostgresStore) -> None:
+    """A burst of tasks: the first does not go fast alone (it would then commit out of
+    step with the others' group commits for as long as they run)."""
+    before = store._fast.calls
+    async with anyio.create_task_group() as group:
+        for task in range(8):
+            group.start_soon(store.append, step(0, f"t{task}"))
+    assert store._fast.calls == before
+    await store.append(step(1, "t0"))
+    assert store._fast.calls == before + 1
+
+
 async def test_a_refused_row_fails_alike_on_both_paths(store: PostgresStore, dsn: str) -> None:
     raw(dsn, f"ALTER TABLE \"{store.schema}\".steps ADD CONSTRAINT no_bad CHECK (content <> 'bad')")
     kept = store._fast._conn
