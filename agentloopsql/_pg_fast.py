@@ -37,13 +37,13 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from agentloop import LeaseLostError
+from agentloop import Lease, LeaseLostError, RunStep
 from agentloopsql._jobs import Append, FencedAppend
 from agentloopsql._park import redeliver, to_thread_shielded
 from agentloopsql._pg_append import judge_fence, step_params
@@ -171,19 +171,17 @@ class FastAppends:
         """The connection was lost under ``work``: settle it by its key on the pool."""
         ops = self._ops
         step, key = work.rows[0]
+        write: Callable[[Conn], None]
         if isinstance(work, FencedAppend):
             lease = work.lease
-            await to_thread_shielded(
-                self._executor.settle,
-                lambda c: ops.append_fenced(c, lease, [(step, key)]),
-                work.committed,
-            )
+            write = partial(_fenced_write, ops, lease, step, key)
         else:
-            await to_thread_shielded(
-                self._executor.settle, lambda c: ops.append(c, step, key), work.committed
-            )
-        if isinstance(absorbed, asyncio.CancelledError):
-            redeliver(absorbed)
+            write = partial(_plain_write, ops, step, key)
+        try:
+            await to_thread_shielded(self._executor.settle, write, work.committed)
+        finally:  # a cancellation absorbed earlier is delivered whatever the retry says
+            if isinstance(absorbed, asyncio.CancelledError):
+                redeliver(absorbed)
 
     def _give_back(self, conn: LoopConnection, keep: bool) -> None:
         """Free the connection for the next caller, or drop it (closed in a thread)."""
@@ -272,6 +270,14 @@ async def _open(dsn: str, kwargs: dict[str, Any], statement_ms: int | None) -> L
         conn.pgconn.finish()
         raise
     return conn
+
+
+def _plain_write(ops: PgOps, step: RunStep, key: int, conn: Conn) -> None:
+    ops.append(conn, step, key)
+
+
+def _fenced_write(ops: PgOps, lease: Lease, step: RunStep, key: int, conn: Conn) -> None:
+    ops.append_fenced(conn, lease, [(step, key)])
 
 
 def _cancel_safe(conn: LoopConnection) -> None:

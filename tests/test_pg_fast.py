@@ -294,3 +294,39 @@ async def test_the_fast_connection_has_the_pool_settings(dsn: str) -> None:
             store._fast._give_back(conn, keep=True)
         assert shown == ["1500ms", "UTC", "agentloopsql"]
         assert conn.autocommit
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_task_cancel_absorbed_before_a_failed_retry_still_lands(
+    via_proxy: PostgresStore, dsn: str, proxy: RefusingProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelled mid-statement, the statement never ends, the retry finds no server: the
+    call raises StoreUnavailableError and the Task.cancel() it absorbed still lands."""
+    import asyncio
+
+    from agentloopsql import _pg_wait
+
+    monkeypatch.setattr(_pg_fast, "_cancel_safe", lambda conn: None)
+    monkeypatch.setattr(_pg_wait, "SETTLE_BOUND", 0.2)
+    store, events = via_proxy, []
+
+    async def call() -> None:
+        try:
+            await store.append(step(0))
+        except StoreUnavailableError:
+            events.append("unavailable")
+        try:
+            await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            events.append("cancelled")
+
+    with steps_locked(dsn, store.schema):
+        task = asyncio.get_running_loop().create_task(call())
+        await until_waiting(dsn, store.schema, 1)
+        proxy.refusing = True
+        task.cancel()
+        await anyio.sleep(0.1)  # past the settle bound: the retry starts
+        proxy.cut_clients()
+        with anyio.fail_after(20):
+            await task
+    assert events == ["unavailable", "cancelled"]
