@@ -103,6 +103,13 @@ class AppendSql:
             LeaseLostError: the lease was acquired again since; nothing was inserted.
             ValueError: the store never granted ``lease``; nothing was inserted.
         """
+        query, params = self.fenced(lease, items)
+        # One row is the hot case: prepared on its first run on a connection.
+        row = conn.execute(query, params, prepare=len(items) == 1 or None).fetchone()
+        judge_fence(lease, row)
+
+    def fenced(self, lease: Lease, items: list[tuple[RunStep, int]]) -> tuple[str, list[object]]:
+        """The fenced statement for ``items`` and its parameters; :func:`judge_fence` its row."""
         query = self._fenced.get(len(items))
         if query is None:
             rows = ", ".join([_TYPED_ROW] * len(items))
@@ -111,6 +118,13 @@ class AppendSql:
         for step, key in items:
             params.extend(step_params(step, key))
         params += (lease.token, lease.owner)
-        # One row is the hot case: prepared on its first run on a connection.
-        row = conn.execute(query, params, prepare=len(items) == 1 or None).fetchone()
-        check_fence(lease, Held(row[0], int(row[1]), row[2]) if row is not None else None)
+        return query, params
+
+
+def judge_fence(lease: Lease, row: tuple[Any, ...] | None) -> None:
+    """Raise what ``check_fence`` says of the lease row a fenced statement returned.
+
+    Raises:
+        LeaseLostError, ValueError: as ``check_fence``; the statement inserted nothing.
+    """
+    check_fence(lease, Held(row[0], int(row[1]), row[2]) if row is not None else None)

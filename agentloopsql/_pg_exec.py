@@ -42,7 +42,7 @@ import psycopg_pool
 from agentloop import RunStep, StoreError, StoreUnavailableError
 from agentloopsql._jobs import AnyWork, Append, FencedAppend, IdempotentWrite, KeyedWrite, Read
 from agentloopsql._pg_errors import classify, copy_outcome, operation, shared_outcome, waited_error
-from agentloopsql._pg_running import Running, send_cancels
+from agentloopsql._pg_running import Running, cancel_of, send_cancels
 from agentloopsql._worker import Interrupted, Job, dead_worker_error
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ class PgExecutor:
             run.done = threading.Event()
             run.cancelling = threading.Thread(
                 target=send_cancels,
-                args=(run.done, run.conn),
+                args=(run.done, cancel_of(run.conn)),
                 name="agentloopsql cancel",
                 daemon=True,
             )
@@ -231,6 +231,24 @@ class PgExecutor:
         except _Lost:
             pass
         self._settling(run)
+        self._again(fn, committed)
+        return None
+
+    def settle(self, fn: Callable[[Conn], None], committed: Callable[[Conn], bool]) -> None:
+        """The write ``fn``, whose attempt on a connection of the caller's own was lost: once.
+
+        As the retry of :meth:`call_once`: ``committed`` first says whether the
+        lost attempt landed; if not, ``fn`` runs again (its key makes a late
+        landing of the lost attempt harmless). Never interrupted.
+
+        Raises:
+            StoreUnavailableError, StoreError: as :meth:`call_once`.
+        """
+        self._settling(None)
+        self._again(fn, committed)
+
+    def _again(self, fn: Callable[[Conn], None], committed: Callable[[Conn], bool]) -> None:
+        """The retry of a write whose first attempt was lost; see :meth:`call_once`."""
         try:
             if not self._once(committed):  # the lost attempt did not commit: try again
                 self._once(fn)

@@ -203,6 +203,13 @@ class PgOps:
             return
         self._appends.insert_fenced(conn, lease, items)
 
+    def fenced_statement(
+        self, lease: Lease, items: list[tuple[RunStep, int]]
+    ) -> tuple[str, list[object]]:
+        """The one statement of :meth:`append_fenced` (up to ``ROWS_PER_STATEMENT`` rows) and
+        its parameters, for a caller that runs it itself; ``judge_fence`` judges its row."""
+        return self._appends.fenced(lease, items)
+
     def append_landed(self, conn: Conn, session_id: str, key: int) -> bool:
         return conn.execute(self.q["append_landed"], (session_id, key)).fetchone() is not None
 

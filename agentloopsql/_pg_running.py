@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -40,12 +41,16 @@ class Running:
         return all(job.cancel_requested for job in self.jobs)
 
 
-def send_cancels(done: threading.Event, conn: Conn) -> None:
-    """Ask the server to cancel ``conn``'s statement every ``CANCEL_EVERY`` s until ``done``."""
-    safe = getattr(conn, "cancel_safe", None)  # psycopg >= 3.2
-    cancel = partial(safe, timeout=2.0) if safe is not None else conn.cancel
+def send_cancels(done: threading.Event, cancel: Callable[[], object]) -> None:
+    """Call ``cancel`` (one cancel request) every ``CANCEL_EVERY`` s until ``done`` is set."""
     while True:
         with contextlib.suppress(Exception):  # best effort; the next round tries again
             cancel()
         if done.wait(CANCEL_EVERY):
             return
+
+
+def cancel_of(conn: Conn) -> Callable[[], object]:
+    """One bounded cancel request for ``conn``'s running statement (blocking: not on a loop)."""
+    safe = getattr(conn, "cancel_safe", None)  # psycopg >= 3.2
+    return partial(safe, timeout=2.0) if safe is not None else conn.cancel

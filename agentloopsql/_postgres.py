@@ -6,13 +6,16 @@ psycopg is imported lazily: ``import agentloopsql`` works without it, and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import threading
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import anyio
 
 from agentloop import StoreUnavailableError
+from agentloop._backend import checkpoint_step
 from agentloop._validate import check_seconds, preview
 from agentloopsql._base import SqlStoreBase
+from agentloopsql._jobs import AnyWork, Append, FencedAppend, IdempotentWrite, KeyedWrite, Read
 from agentloopsql._park import to_thread_shielded
 from agentloopsql._worker import Workers
 
@@ -23,6 +26,8 @@ if TYPE_CHECKING:
     from agentloopsql._pg_ops import PgOps
 
     Conn = psycopg.Connection[Any]
+
+R = TypeVar("R")
 
 _MISSING = "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'agentloop[postgres]'"
 
@@ -54,6 +59,15 @@ class PostgresStore(SqlStoreBase["Conn"]):
     a ``StoreError`` naming the rule; ``StoreUnavailableError`` means retrying
     later may succeed (a lost connection, a timeout, a server going away).
 
+    **A lone append runs on the event loop thread**: an ``append`` (or a fenced
+    ``append`` of the leased session) made while no other call is under way uses one more
+    connection the store keeps for it (so plan for ``pool_size + 1``), driven
+    without blocking by the calling loop, trio or asyncio, with no thread hop.
+    It has the pool's settings and serves one call at a time; appends made
+    while other calls are under way take the worker path. It is opened in the
+    background when an append first finds none, and again after it was dropped.
+    Errors, cancellation and the retry after a lost connection are as below.
+
     **Durable when it returns** means PostgreSQL acknowledged the commit: with
     the server's default ``synchronous_commit = on`` its WAL was flushed to
     disk (and to synchronous standbys, if configured). A server running with
@@ -76,15 +90,25 @@ class PostgresStore(SqlStoreBase["Conn"]):
     A statement the server cancelled rolled back, so the call raises the
     backend's cancellation; one that had already committed returns normally. A
     call being retried after a lost connection is not cancelled on the server
-    (its first attempt's outcome is still being settled).
+    (its first attempt's outcome is still being settled). A lone append on the
+    event loop thread is cancelled on the server the same way once sent (before,
+    it did nothing); its caller waits, shielded, up to 10 s for the statement's
+    end, then counts the connection as lost (the retry above settles the call).
+    After a cancel request that connection is closed, never reused.
     """
 
     def __init__(
-        self, pool: psycopg_pool.ConnectionPool[Any], ops: PgOps, schema: str, size: int
+        self,
+        pool: psycopg_pool.ConnectionPool[Any],
+        ops: PgOps,
+        schema: str,
+        size: int,
+        connect: tuple[str, dict[str, Any], int | None],
     ) -> None:
-        """Use :meth:`open`."""
+        """Use :meth:`open`. ``connect`` is the DSN, connection keywords and statement timeout."""
         from agentloopsql._pg_errors import waited_error
         from agentloopsql._pg_exec import PgExecutor
+        from agentloopsql._pg_fast import FastAppends
 
         self._pool = pool
         self._ops = ops
@@ -94,7 +118,39 @@ class PostgresStore(SqlStoreBase["Conn"]):
         self._workers: Workers[Conn] = Workers(
             executor, size, "PostgresStore", queue_timeout=expired
         )
+        self._fast = FastAppends(*connect, ops, executor)
+        # Calls under way (any thread): the fast path serves an append made alone.
+        # One that ends while others wait for a worker has not returned to its caller
+        # yet, so callers woken together by one group commit find each other here.
+        self._counting = threading.Lock()
+        self._under_way = 0
         self._closed = False
+
+    @overload
+    async def _run(self, work: Read[Conn, R] | IdempotentWrite[Conn, R]) -> R: ...
+    @overload
+    async def _run(self, work: KeyedWrite[Conn] | Append[Conn]) -> None: ...
+    async def _run(self, work: AnyWork[Conn]) -> object:
+        """An append made while no other call is under way runs on the event loop thread
+        (``_pg_fast``) if its connection is free; everything else on the worker threads,
+        where appends made together share a commit."""
+        with self._counting:
+            self._under_way += 1
+            alone = self._under_way == 1
+        try:
+            if alone and isinstance(work, Append | FencedAppend) and len(work.rows) == 1:
+                # The call's checkpoint, first: callers started together (a burst of
+                # tasks) all count themselves in before this one decides it is alone.
+                await checkpoint_step()
+                alone = self._under_way == 1 and self._workers.idle
+                conn = self._fast.take() if alone else None
+                if conn is not None:
+                    await self._fast.append(conn, work)
+                    return None
+            return await self._workers.call(work)
+        finally:
+            with self._counting:
+                self._under_way -= 1
 
     @classmethod
     async def open(
@@ -156,7 +212,7 @@ class PostgresStore(SqlStoreBase["Conn"]):
         name, ops = await connect.first_connection(dsn, kwargs, schema, statement_ms)
         pool = connect.new_pool(dsn, kwargs, pool_size, timeout, statement_ms)
         await _fill_or_close(pool, dsn, kwargs, pool_size, timeout)
-        return cls(pool, ops, name, pool_size)
+        return cls(pool, ops, name, pool_size, (dsn, kwargs, statement_ms))
 
     @property
     def schema(self) -> str:
@@ -164,13 +220,14 @@ class PostgresStore(SqlStoreBase["Conn"]):
         return self._schema
 
     async def aclose(self) -> None:
-        """Wait for calls under way, then close every pooled connection; idempotent.
+        """Wait for calls under way, then close every connection; idempotent.
 
         Later calls raise ``StoreClosedError``.
 
         **Cancellation handling**: shielded; once called, the store ends closed.
         """
         self._closed = True
+        await self._fast.aclose()  # first: a call it lost settles on the pool
         await self._workers.close()  # every call under way finishes first
         await to_thread_shielded(self._pool.close)
 

@@ -189,6 +189,11 @@ class Workers(Generic[ConnT]):
             return True
 
     @property
+    def idle(self) -> bool:
+        """Whether no job waits and no worker runs one (read without the lock: a hint only)."""
+        return not self._queue and self._busy == 0
+
+    @property
     def dead(self) -> bool:
         """Whether a worker died: every later :meth:`call` raises the executor's error."""
         return self._dead is not None

@@ -224,11 +224,13 @@ def _prepared_inserts(conn: Any) -> int:
 
 async def test_one_row_appends_are_prepared_on_first_use(dsn: str) -> None:
     """A plain and a fenced one-row append are server-side prepared statements from their
-    first run on a connection (psycopg would wait for the fifth)."""
+    first run on a connection (psycopg would wait for the fifth); on the worker path here
+    (the fast path's connection: ``test_pg_fast``)."""
     async with (
         fresh_schema(dsn) as schema,
         await PostgresStore.open(dsn, schema=schema, pool_size=1) as pg,
     ):
+        pg._fast.take = lambda: None  # type: ignore[method-assign]
         await pg.append(step(0))
         assert await pg._run(Read(_prepared_inserts)) == 1
         lease = await pg.acquire_lease("s", "a", 60)
