@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -10,7 +9,6 @@ from typing import Any
 
 import anyio
 import psycopg
-from _pg_private import CuttingProxy, _pump
 from _sql_anyio import until
 from _sql_support import fresh_schema
 
@@ -97,25 +95,3 @@ def fast_pid(store: PostgresStore) -> int:
     conn = store._fast._conn
     assert conn is not None
     return int(conn.pgconn.backend_pid)
-
-
-class RefusingProxy(CuttingProxy):
-    """A :class:`CuttingProxy` that, once ``refusing`` is set, drops every new connection."""
-
-    refusing = False
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            if self.refusing:
-                client.close()
-                continue
-            server = socket.create_connection(self._target)
-            with self._lock:
-                self._clients.append(client)
-                self._servers.append(server)
-            for src, dst in ((client, server), (server, client)):
-                threading.Thread(target=_pump, args=(src, dst), daemon=True).start()

@@ -21,8 +21,11 @@ class CuttingProxy:
     """Forwards TCP connections to ``target``; :meth:`cut_clients` drops only the client side.
 
     The server side of a cut connection stays open, so the server keeps running
-    whatever statement it was executing, unaware that its client is gone.
+    whatever statement it was executing, unaware that its client is gone. Once
+    ``refusing`` is set, every new connection is dropped as it arrives.
     """
+
+    refusing = False
 
     def __init__(self, target: tuple[str, int]) -> None:
         self._target = target
@@ -40,6 +43,9 @@ class CuttingProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            if self.refusing:
+                client.close()
+                continue
             server = socket.create_connection(self._target)
             with self._lock:
                 self._clients.append(client)
@@ -66,6 +72,19 @@ class CuttingProxy:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
+
+
+@contextlib.contextmanager
+def cutting_proxy(dsn: str) -> Iterator[CuttingProxy]:
+    """A :class:`CuttingProxy` in front of the server ``dsn`` names, closed after the block."""
+    import psycopg  # as in the rest of this module: only PostgreSQL tests need it
+
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    cutter = CuttingProxy((str(info.get("host", "127.0.0.1")), int(str(info.get("port", 5432)))))
+    try:
+        yield cutter
+    finally:
+        cutter.close()
 
 
 def _pump(src: socket.socket, dst: socket.socket) -> None:

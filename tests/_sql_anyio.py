@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -123,3 +125,33 @@ class Caller:
         self.events.append(f"returned {result}")
         await anyio.lowlevel.checkpoint()
         self.events.append("checkpoint passed")
+
+
+RAISED = ["cancelled", "count 0"]
+"""A caller whose call raised the cancellation (the source then settled its count)."""
+
+
+def raised(source: str) -> list[str]:
+    # A native Task.cancel() is one request the caller caught: its count stays 1.
+    return ["cancelled", "count 1"] if source == "task" else RAISED
+
+
+@contextmanager
+def count_futures() -> Iterator[list[int]]:
+    """How many futures the running asyncio loop makes in the block (``[0]`` under trio)."""
+    made = [0]
+    if on_trio():
+        yield made
+        return
+    loop: Any = asyncio.get_running_loop()
+    create = loop.create_future
+
+    def counting() -> object:
+        made[0] += 1
+        return create()
+
+    loop.create_future = counting
+    try:
+        yield made
+    finally:
+        del loop.create_future

@@ -10,7 +10,6 @@ import anyio
 import psycopg
 import pytest
 from _pg_fast_kit import (
-    RefusingProxy,
     fast_pid,
     fast_store,
     raw,
@@ -19,6 +18,7 @@ from _pg_fast_kit import (
     stored,
     until_waiting,
 )
+from _pg_private import CuttingProxy, cutting_proxy
 from _sql_anyio import occupy, until
 from _sql_support import fresh_schema, pg_dsn
 
@@ -189,17 +189,13 @@ async def test_a_terminated_fast_connection_is_settled_and_replaced(
 
 
 @pytest.fixture
-def proxy(dsn: str) -> Iterator[RefusingProxy]:
-    info = psycopg.conninfo.conninfo_to_dict(dsn)
-    cutter = RefusingProxy((str(info.get("host", "127.0.0.1")), int(str(info.get("port", 5432)))))
-    try:
+def proxy(dsn: str) -> Iterator[CuttingProxy]:
+    with cutting_proxy(dsn) as cutter:
         yield cutter
-    finally:
-        cutter.close()
 
 
 @pytest.fixture
-async def via_proxy(dsn: str, proxy: RefusingProxy) -> AsyncIterator[PostgresStore]:
+async def via_proxy(dsn: str, proxy: CuttingProxy) -> AsyncIterator[PostgresStore]:
     routed = psycopg.conninfo.make_conninfo(dsn, host="127.0.0.1", port=proxy.port)
     async with fast_store(dsn, route=routed, pool_size=1, pool_timeout=2) as opened:
         yield opened
@@ -207,7 +203,7 @@ async def via_proxy(dsn: str, proxy: RefusingProxy) -> AsyncIterator[PostgresSto
 
 @pytest.mark.parametrize("fenced", [False, True], ids=["plain", "fenced"])
 async def test_a_lost_fast_append_racing_its_retry_is_stored_once(
-    via_proxy: PostgresStore, dsn: str, proxy: RefusingProxy, fenced: bool
+    via_proxy: PostgresStore, dsn: str, proxy: CuttingProxy, fenced: bool
 ) -> None:
     """Cut while the server still holds the statement: the retry queues behind it; once."""
     store = via_proxy
@@ -229,7 +225,7 @@ async def test_a_lost_fast_append_racing_its_retry_is_stored_once(
 
 
 async def test_a_lost_fast_append_whose_retry_fails_is_unavailable(
-    via_proxy: PostgresStore, dsn: str, proxy: RefusingProxy
+    via_proxy: PostgresStore, dsn: str, proxy: CuttingProxy
 ) -> None:
     store = via_proxy
     proxy.refusing = True  # no new connection,
@@ -298,7 +294,7 @@ async def test_the_fast_connection_has_the_pool_settings(dsn: str) -> None:
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_a_task_cancel_absorbed_before_a_failed_retry_still_lands(
-    via_proxy: PostgresStore, dsn: str, proxy: RefusingProxy, monkeypatch: pytest.MonkeyPatch
+    via_proxy: PostgresStore, dsn: str, proxy: CuttingProxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Cancelled mid-statement, the statement never ends, the retry finds no server: the
     call raises StoreUnavailableError and the Task.cancel() it absorbed still lands."""

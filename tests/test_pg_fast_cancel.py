@@ -9,46 +9,17 @@ at the caller's next checkpoint. Either way the connection is dropped.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import AsyncIterator
 
 import anyio
 import pytest
 from _pg_fast_kit import fast_store, step, steps_locked, stored, until_waiting
-from _sql_anyio import SOURCES, Caller, until
+from _sql_anyio import SOURCES, Caller, count_futures, raised, until
 from _sql_support import pg_dsn
 
-from agentloop._backend import on_trio
 from agentloopsql import PostgresStore, _pg_fast, _pg_wait
 
 pytestmark = pytest.mark.anyio
-
-
-def raised(source: str) -> list[str]:
-    # A native Task.cancel() is one request the caller caught: its count stays 1.
-    return ["cancelled", "count 1"] if source == "task" else ["cancelled", "count 0"]
-
-
-@contextmanager
-def count_futures() -> Iterator[list[int]]:
-    """How many futures the running asyncio loop makes in the block (``[0]`` under trio)."""
-    made = [0]
-    if on_trio():
-        yield made
-        return
-    loop: Any = asyncio.get_running_loop()
-    create = loop.create_future
-
-    def counting() -> object:
-        made[0] += 1
-        return create()
-
-    loop.create_future = counting
-    try:
-        yield made
-    finally:
-        del loop.create_future
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from typing import Any, cast
 import psycopg
 import pytest
 import trio
-from _pg_private import CuttingProxy
+from _pg_private import CuttingProxy, cutting_proxy
 from _sql_support import fresh_schema, pg_dsn
 
 from agentloop import FinalizeSummary, RunStep
@@ -26,12 +26,8 @@ def dsn() -> str:
 
 @pytest.fixture
 def proxy(dsn: str) -> Iterator[CuttingProxy]:
-    info = psycopg.conninfo.conninfo_to_dict(dsn)
-    cutter = CuttingProxy((str(info.get("host", "127.0.0.1")), int(str(info.get("port", 5432)))))
-    try:
+    with cutting_proxy(dsn) as cutter:
         yield cutter
-    finally:
-        cutter.close()
 
 
 @pytest.fixture

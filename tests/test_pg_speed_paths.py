@@ -18,7 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from _pg_private import CuttingProxy
+from _pg_private import CuttingProxy, cutting_proxy
 from _sql_support import fresh_schema, pg_dsn
 from test_pg_retry import race_lost_attempt, raw
 
@@ -42,12 +42,8 @@ async def pg(dsn: str) -> AsyncIterator[PostgresStore]:
 
 @pytest.fixture
 def proxy(dsn: str) -> Iterator[CuttingProxy]:
-    info = psycopg.conninfo.conninfo_to_dict(dsn)
-    cutter = CuttingProxy((str(info.get("host", "127.0.0.1")), int(str(info.get("port", 5432)))))
-    try:
+    with cutting_proxy(dsn) as cutter:
         yield cutter
-    finally:
-        cutter.close()
 
 
 def step(i: int, sid: str = "s") -> RunStep:

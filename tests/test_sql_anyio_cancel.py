@@ -8,37 +8,26 @@ task's cancel count as its source left it.
 
 from __future__ import annotations
 
-import asyncio
 import random
 import socket
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from _sql_anyio import SOURCES, Caller, occupy, until
+from _sql_anyio import SOURCES, Caller, count_futures, occupy, raised, until
 from _sql_support import SqlTarget, open_sql_store
 
 from agentloop import RunStep
-from agentloop._backend import on_trio
 from agentloopsql import PostgresStore, SqliteStore
 from agentloopsql._jobs import IdempotentWrite, Read
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize(("anyio_backend", "source"), SOURCES)]
 
 Store = SqliteStore | PostgresStore
-
-RAISED = ["cancelled", "count 0"]
-"""A caller whose call raised the cancellation (the source then settled its count)."""
-
-
-def raised(source: str) -> list[str]:
-    # A native Task.cancel() is one request the caller caught: its count stays 1.
-    return ["cancelled", "count 1"] if source == "task" else RAISED
 
 
 @pytest.fixture
@@ -49,27 +38,6 @@ async def store(sql_target: SqlTarget, tmp_path: Path) -> AsyncIterator[Store]:
 
 def step(index: int) -> RunStep:
     return RunStep("s", index, "tool_result")
-
-
-@contextmanager
-def count_futures() -> Iterator[list[int]]:
-    """How many futures the running asyncio loop makes in the block (``[0]`` under trio)."""
-    made = [0]
-    if on_trio():
-        yield made
-        return
-    loop: Any = asyncio.get_running_loop()
-    create = loop.create_future
-
-    def counting() -> object:
-        made[0] += 1
-        return create()
-
-    loop.create_future = counting
-    try:
-        yield made
-    finally:
-        del loop.create_future
 
 
 def record_interrupts(store: Store) -> list[object]:
