@@ -180,18 +180,20 @@ class PgExecutor:
         """Run one call's ``work`` the way its kind allows."""
         if isinstance(work, Read | IdempotentWrite):
             return self.call(work.run, run)
+        self.call_once(self.write_of(work), work.committed, run)
+        return None
+
+    def write_of(self, work: KeyedWrite[Conn] | Append[Conn]) -> Callable[[Conn], None]:
+        """The one write that runs ``work`` alone (and again, when settling a lost attempt)."""
         ops = self._ops
         if isinstance(work, FencedAppend):  # the lease check and the rows: one statement
             lease, rows = work.lease, list[tuple[RunStep, int]](work.rows)
-            self.call_once(lambda c: ops.append_fenced(c, lease, rows), work.committed, run)
-            return None
+            return lambda c: ops.append_fenced(c, lease, rows)
         if isinstance(work, KeyedWrite) or len(work.rows) == 1:
-            self.call_once(work.run, work.committed, run)
-            return None
+            return work.run
         # Autocommit: several rows are all-or-nothing only as one statement.
         rows = list[tuple[RunStep, int]](work.rows)
-        self.call_once(lambda c: ops.append_many(c, rows), work.committed, run)
-        return None
+        return lambda c: ops.append_many(c, rows)
 
     def call(self, fn: Callable[[Conn], R], run: Running | None = None) -> R:
         """Run ``fn`` (safe to repeat) on a pooled connection; once more if the connection is lost.

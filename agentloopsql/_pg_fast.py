@@ -37,13 +37,13 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from agentloop import Lease, LeaseLostError, RunStep
+from agentloop import LeaseLostError
 from agentloopsql._jobs import Append, FencedAppend
 from agentloopsql._park import redeliver, to_thread_shielded
 from agentloopsql._pg_append import judge_fence, step_params
@@ -130,17 +130,17 @@ class FastAppends:
         """Run ``work`` on ``conn``: whether ``conn`` may serve another call, and what to
         raise if the server or the lease check refused it."""
         step, key = work.rows[0]
-        fenced = isinstance(work, FencedAppend)
+        lease = work.lease if isinstance(work, FencedAppend) else None
         params: Sequence[object]
-        if isinstance(work, FencedAppend):
-            query, params = self._ops.fenced_statement(work.lease, [(step, key)])
+        if lease is not None:
+            query, params = self._ops.fenced_statement(lease, [(step, key)])
         else:
             query, params = self._ops.q["append"], step_params(step, key)
         conn.absorbed = None
         cursor = conn.statements
         try:
             await cursor.execute(query, params, prepare=True)
-            row = await cursor.fetchone() if fenced else None
+            row = await cursor.fetchone() if lease is not None else None
         except psycopg.Error as exc:
             if isinstance(exc, Unsettled) or conn.broken or conn.closed:
                 await self._lost(work, conn.absorbed)  # the retry judges the lease itself
@@ -151,9 +151,9 @@ class FastAppends:
         absorbed = conn.absorbed
         if isinstance(absorbed, asyncio.CancelledError):
             redeliver(absorbed)  # it committed: the cancellation lands at the next suspension
-        if isinstance(work, FencedAppend):
+        if lease is not None:
             try:
-                judge_fence(work.lease, row)
+                judge_fence(lease, row)
             except (LeaseLostError, ValueError) as refused:  # nothing was inserted
                 return absorbed is None, refused
         return absorbed is None, None
@@ -169,14 +169,7 @@ class FastAppends:
 
     async def _lost(self, work: Append[Conn] | FencedAppend[Conn], absorbed: object) -> None:
         """The connection was lost under ``work``: settle it by its key on the pool."""
-        ops = self._ops
-        step, key = work.rows[0]
-        write: Callable[[Conn], None]
-        if isinstance(work, FencedAppend):
-            lease = work.lease
-            write = partial(_fenced_write, ops, lease, step, key)
-        else:
-            write = partial(_plain_write, ops, step, key)
+        write = self._executor.write_of(work)
         try:
             await to_thread_shielded(self._executor.settle, write, work.committed)
         finally:  # a cancellation absorbed earlier is delivered whatever the retry says
@@ -270,14 +263,6 @@ async def _open(dsn: str, kwargs: dict[str, Any], statement_ms: int | None) -> L
         conn.pgconn.finish()
         raise
     return conn
-
-
-def _plain_write(ops: PgOps, step: RunStep, key: int, conn: Conn) -> None:
-    ops.append(conn, step, key)
-
-
-def _fenced_write(ops: PgOps, lease: Lease, step: RunStep, key: int, conn: Conn) -> None:
-    ops.append_fenced(conn, lease, [(step, key)])
 
 
 def _cancel_safe(conn: LoopConnection) -> None:

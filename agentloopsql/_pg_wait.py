@@ -26,12 +26,11 @@ import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import anyio
 import psycopg
 import trio
 from psycopg import waiting
 
-from agentloop._backend import cancelled_error, clock, on_trio
+from agentloop._backend import cancel_scope, cancelled_error, clock, on_trio
 
 RV = TypeVar("RV")
 
@@ -160,7 +159,7 @@ class LoopConnection(psycopg.AsyncConnection[Any]):
         self.absorbed = exc
         self.on_cancel()
         deadline = clock()() + SETTLE_BOUND
-        with trio.CancelScope(shield=True) if on_trio() else anyio.CancelScope(shield=True):
+        with cancel_scope(shield=True):
             try:
                 while True:
                     try:
