@@ -36,6 +36,13 @@ class FencedSessionStore:
         # (the latest grant passes every rule of ``check_fence``, which judges the rest).
         self._grant = sessions._leases.latest(lease.session_id)
 
+    def _check_fence(self) -> None:
+        """``check_fence`` of the lease, the latest grant passing by two comparisons;
+        call with the session store's lock held."""
+        grant, lease = self._grant, self._lease
+        if grant is None or grant.token != lease.token or grant.owner != lease.owner:
+            self._sessions._leases.check_fence(lease)
+
     @property
     def lease(self) -> Lease:
         """The lease this view's writes are checked against."""
@@ -165,9 +172,7 @@ class FencedStore(FencedSessionStore):
         with sessions._lock:
             if sessions._closed:
                 sessions._check_open()
-            grant, lease = self._grant, self._lease
-            if grant is None or grant.token != lease.token or grant.owner != lease.owner:
-                sessions._leases.check_fence(lease)
+            self._check_fence()
             with steps._lock:
                 if steps._closed:
                     steps._check_open()
@@ -206,9 +211,7 @@ class FencedStore(FencedSessionStore):
         with sessions._lock:
             if sessions._closed:
                 sessions._check_open()
-            grant, lease = self._grant, self._lease
-            if grant is None or grant.token != lease.token or grant.owner != lease.owner:
-                sessions._leases.check_fence(lease)
+            self._check_fence()
             with steps_store._lock:
                 if steps_store._closed:
                     steps_store._check_open()
