@@ -185,8 +185,6 @@ def _finite_float(text: str) -> float:
 
 
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
-_OPENERS = ("{", "[")
-_CLOSERS = ("}", "]")
 _SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
 
 
@@ -260,20 +258,15 @@ def validate_json(value: object, field: str) -> str:
     """
     if value == "{}":
         return "{}"  # the default of every JSON field, checked without parsing it
-    if (
-        value.__class__ is str
-        and value.isascii()  # so no lone surrogate
-        and "\\u" not in value  # so no escape decodes to NUL or a surrogate
-        and value[:1] in _OPENERS
-        and value[-1:] in _CLOSERS
-    ):
-        try:  # the object or array alone: one scan, no layer of calls
-            _, end = _SCAN(value, 0)
-        except (ValueError, StopIteration, RecursionError):
+    if value.__class__ is str and value.isascii() and "\\u" not in value:
+        # No lone surrogate and no escape to decode into NUL or one: only the syntax
+        # is left to check, without parse_json's layers.
+        try:
+            _decode(value)
+        except (ValueError, RecursionError):
             pass  # parse_json below raises the error, worded as always
         else:
-            if end == len(value):
-                return value
+            return value
     parse_json(value, field)
     return value  # type: ignore[return-value]
 
