@@ -18,13 +18,13 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
 import attrs
 import pytest
 import trio
+from _lease_kit import T0, FakeClock
 
 from agentloop import (
     FinalizeSummary,
@@ -38,22 +38,8 @@ from agentloop import (
 from agentloopmem import FencedStore, SessionStore, StepStore
 
 ASYNCIO = pytest.mark.parametrize("anyio_backend", ["asyncio"])
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LAST_POINT = 4
 """Loop iterations after which a cancellation certainly comes after any store call ended."""
-
-
-class FakeClock:
-    """A store clock that moves only when told to."""
-
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 def step(i: int, sid: str = "s") -> RunStep:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
+from _lease_kit import T0, FakeClock
 
 from agentloop import (
     FinalizeSummary,
@@ -35,21 +35,6 @@ from agentloopmem import FencedSessionStore, FencedStore
 from agentloopmem import SessionStore as MemSessions
 from agentloopmem import StepStore as MemSteps
 from agentlooptest._cancel import Points, cancel_at
-
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-class FakeClock:
-    """A store clock that moves only when told to."""
-
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 def new_stores() -> tuple[MemSessions, MemSteps, FakeClock]:

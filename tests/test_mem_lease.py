@@ -17,6 +17,7 @@ import pytest
 import trio
 import trio.lowlevel
 import trio.testing
+from _lease_kit import T0, FakeClock
 
 from agentloop import (
     FinalizeSummary,
@@ -33,21 +34,7 @@ from agentloop._validate import SECONDS_MAX
 from agentloopmem import SessionStore
 from agentlooptest._cancel import Points, cancel_at
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
 BAD_TTL = re.escape(f"ttl must be a finite number of seconds > 0 and <= {SECONDS_MAX}")
-
-
-class FakeClock:
-    """A store clock that moves only when told to."""
-
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 def new_store() -> tuple[SessionStore, FakeClock]:
