@@ -9,10 +9,8 @@ backends), and under asyncio a native ``Task.cancel()`` or an expiring
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from functools import partial
 from typing import Any
 
 import anyio
@@ -20,8 +18,6 @@ import anyio.abc
 import pytest
 
 from agentloop._backend import on_trio
-from agentloopsql import PostgresStore, SqliteStore
-from agentloopsql._jobs import Read
 
 SOURCES = [
     pytest.param("trio", "scope", id="trio-scope"),
@@ -37,20 +33,6 @@ async def until(check: Callable[[], bool]) -> None:
     with anyio.fail_after(10):
         while not check():  # noqa: ASYNC110 (state other threads set)
             await anyio.sleep(0.001)
-
-
-async def occupy(
-    store: SqliteStore | PostgresStore, group: anyio.abc.TaskGroup, gate: threading.Event
-) -> None:
-    """Keep one of the store's worker threads busy until ``gate`` is set; returns once it is."""
-    started = threading.Event()
-
-    def hold(conn: object) -> None:
-        started.set()
-        gate.wait()
-
-    group.start_soon(partial(store._run, Read(hold)))
-    await anyio.to_thread.run_sync(started.wait)
 
 
 def cancelling() -> int:

@@ -15,6 +15,8 @@ from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 
+import anyio
+import anyio.abc
 import attrs
 import pytest
 import trio
@@ -112,9 +114,14 @@ async def open_sql_store(
 
 
 async def occupy_worker(
-    store: SqliteStore | PostgresStore, nursery: trio.Nursery, gate: threading.Event
+    store: SqliteStore | PostgresStore,
+    nursery: trio.Nursery | anyio.abc.TaskGroup,
+    gate: threading.Event,
 ) -> None:
-    """Keep one of the store's worker threads busy until ``gate`` is set; returns once it is."""
+    """Keep one of the store's worker threads busy until ``gate`` is set; returns once it is.
+
+    Under trio or asyncio (``nursery`` is a trio nursery or an anyio task group).
+    """
     started = threading.Event()
 
     def hold(conn: object) -> None:
@@ -122,7 +129,7 @@ async def occupy_worker(
         gate.wait()
 
     nursery.start_soon(partial(store._run, Read(hold)))
-    await trio.to_thread.run_sync(started.wait)
+    await anyio.to_thread.run_sync(started.wait)
 
 
 async def expect_queued_append_cancelled(store: SqliteStore | PostgresStore) -> None:

@@ -19,8 +19,9 @@ from _pg_fast_kit import (
     until_waiting,
 )
 from _pg_private import CuttingProxy, cutting_proxy
-from _sql_anyio import occupy, until
+from _sql_anyio import until
 from _sql_support import fresh_schema, pg_dsn
+from _sql_support import occupy_worker as occupy
 
 from agentloop import LeaseLostError, StoreClosedError, StoreError, StoreUnavailableError
 from agentloopsql import PostgresStore, _pg_fast

@@ -10,8 +10,9 @@ from typing import Any
 
 import anyio
 import pytest
-from _sql_anyio import cancelling, occupy, until
+from _sql_anyio import cancelling, until
 from _sql_support import SqlTarget, open_sql_store
+from _sql_support import occupy_worker as occupy
 
 from agentloop import RunStep, Session, StoreClosedError
 from agentloopsql import PostgresStore, SqliteStore

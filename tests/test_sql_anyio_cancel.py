@@ -18,8 +18,9 @@ from typing import Any
 
 import anyio
 import pytest
-from _sql_anyio import SOURCES, Caller, count_futures, occupy, raised, until
+from _sql_anyio import SOURCES, Caller, count_futures, raised, until
 from _sql_support import SqlTarget, open_sql_store
+from _sql_support import occupy_worker as occupy
 
 from agentloop import RunStep
 from agentloopsql import PostgresStore, SqliteStore
