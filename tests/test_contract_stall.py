@@ -19,7 +19,7 @@ from typing import Any
 
 import anyio
 import pytest
-from broken._good import GoodBoth
+from broken._good import GoodBoth, harness_for
 
 from agentlooptest import Harness, certify
 
@@ -33,16 +33,6 @@ def _spinning(method: str) -> type[GoodBoth]:
 
     spin.__code__ = spin.__code__.replace(co_qualname=f"Spins.{method}")
     return type("Spins", (GoodBoth,), {method: spin})
-
-
-def _harness(cls: type) -> Harness:
-    async def new() -> Any:
-        return cls()
-
-    async def same(store: Any) -> Any:
-        return store
-
-    return Harness(new_step_store=new, new_session_store=new, reopen=same)
 
 
 SPINS = [
@@ -87,7 +77,9 @@ async def _fails_in_time(method: str, clause_id: str) -> None:
     # that takes longer than TIMEOUT, and the clause would fail as hung elsewhere first.
     timeout = 3.0 if clause_id.endswith("model-based") else TIMEOUT
     start = time.monotonic()
-    report = await certify(_harness(_spinning(method)), pattern=clause_id, clause_timeout=timeout)
+    report = await certify(
+        harness_for(_spinning(method)), pattern=clause_id, clause_timeout=timeout
+    )
     took = time.monotonic() - start
     result = report.result(clause_id)
     assert result.outcome == "failed"
@@ -101,7 +93,7 @@ async def _fails_in_time(method: str, clause_id: str) -> None:
 async def test_a_spinning_aclose_fails_in_time() -> None:
     """aclose spinning is caught too (the clause's stores are closed inside its deadline)."""
     report = await certify(
-        _harness(_spinning("aclose")), pattern="step.closed", clause_timeout=TIMEOUT
+        harness_for(_spinning("aclose")), pattern="step.closed", clause_timeout=TIMEOUT
     )
     assert "Spins.aclose" in report.result("step.closed").message
 
@@ -140,7 +132,7 @@ async def test_a_store_swallowing_base_exceptions_is_still_ended() -> None:
                 pass
 
     report = await certify(
-        _harness(Stubborn), pattern="session.get.unknown-returns-id", clause_timeout=TIMEOUT
+        harness_for(Stubborn), pattern="session.get.unknown-returns-id", clause_timeout=TIMEOUT
     )
     assert len(swallowed) == 3
     assert "Stubborn.get" in report.result("session.get.unknown-returns-id").message
@@ -255,7 +247,7 @@ def test_pytest_ends_a_spinning_store_with_the_clause_text(tmp_path: Path) -> No
 async def test_the_loop_is_usable_after_a_spin_was_interrupted() -> None:
     """The interrupted run goes on: a later clause of the same certify() passes."""
     report = await certify(
-        _harness(_spinning("exists")), pattern="session.get.unknown", clause_timeout=TIMEOUT
+        harness_for(_spinning("exists")), pattern="session.get.unknown", clause_timeout=TIMEOUT
     )
     assert report.result("session.get.unknown-returns-id").outcome == "passed"
     assert report.result("session.get.unknown-creates-nothing").outcome == "failed"

@@ -24,6 +24,7 @@ from agentloop import (
     validate_session_id,
 )
 from agentloop._backend import call_ends, call_starts
+from agentlooptest import Harness
 from agentlooptest._data import T0
 
 
@@ -388,3 +389,15 @@ class GoodPaged(GoodBoth):
         if not rows:
             await self.leave()
         return got
+
+
+def harness_for(cls: type) -> Harness:
+    """A harness whose stores are fresh ``cls()`` objects; reopening gives the same object."""
+
+    async def new() -> Any:
+        return cls()
+
+    async def same(store: Any) -> Any:
+        return store
+
+    return Harness(new_step_store=new, new_session_store=new, reopen=same)

@@ -9,12 +9,11 @@ which backend to use.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import trio
 
 from agentlooptest import Harness
-from broken._good import GoodBoth
+from broken._good import GoodBoth, harness_for
 
 
 class AsyncioOnly(GoodBoth):
@@ -50,26 +49,16 @@ class TrioOnly(GoodBoth):
         self.closed = True
 
 
-def _harness(cls: type) -> Harness:
-    async def new() -> Any:
-        return cls()
-
-    async def same(store: Any) -> Any:
-        return store
-
-    return Harness(new_step_store=new, new_session_store=new, reopen=same)
-
-
 def asyncio_harness() -> Harness:
     """The asyncio-only store; ``reopen`` is the store itself (one in-memory backend)."""
-    return _harness(AsyncioOnly)
+    return harness_for(AsyncioOnly)
 
 
 def asyncio_factory_harness() -> Harness:
     """A store whose factory already needs the asyncio loop."""
-    return _harness(AsyncioFactory)
+    return harness_for(AsyncioFactory)
 
 
 def trio_harness() -> Harness:
     """The trio-only store."""
-    return _harness(TrioOnly)
+    return harness_for(TrioOnly)
