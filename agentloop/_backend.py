@@ -106,6 +106,19 @@ async def checkpoint() -> None:
         await asyncio.sleep(0)
 
 
+class _Yield:
+    """A bare ``yield`` to the asyncio task: what ``asyncio.sleep(0)`` does, one
+    generator instead of a coroutine and a generator (a cancellation lands there too)."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[None, None, None]:
+        yield
+
+
+_YIELD = _Yield()
+
+
 def checkpoint_step() -> Awaitable[None]:
     """:func:`checkpoint` as the awaitable itself, without a coroutine frame of its own.
 
@@ -114,7 +127,7 @@ def checkpoint_step() -> Awaitable[None]:
     """
     if _library.name == "trio":
         return _checkpoint()
-    return asyncio.sleep(0)
+    return _YIELD
 
 
 def clock() -> Callable[[], float]:
