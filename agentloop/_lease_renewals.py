@@ -6,11 +6,11 @@ up no other run's).
 
 - Under trio, one system task per trio run (:class:`Renewals`) sleeps until
   the earliest due time; registering is two dict operations.
-- Under asyncio, which has no system tasks, each holder's next renewal is a
-  timer on the running loop (:class:`TimerRenewals`, ``loop.call_at``): no
-  task exists while nothing is due, so nothing outlives its loop or a run;
-  :meth:`~TimerRenewals.discard` cancels the timer. A renewal started before
-  the run ended still finishes (bounded by its interval).
+- Under asyncio, which has no system tasks, one timer per loop
+  (:class:`TimerRenewals`, ``loop.call_at``) is armed for the earliest due
+  renewal: no task exists while nothing is due, so nothing outlives its loop
+  or a run; registering is a dict insert. A renewal started before the run
+  ended still finishes (bounded by its interval).
 """
 
 from __future__ import annotations
@@ -85,35 +85,54 @@ class Renewals:
 
 
 class TimerRenewals:
-    """The asyncio loop's renewals: one timer per leased run, re-armed at each renewal."""
+    """The leased runs of one asyncio loop, renewed from one timer armed for the earliest due.
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._timers: dict[Renewable, asyncio.TimerHandle] = {}
+    Registering is a dict insert (a timer is armed only when the new due time comes
+    before the armed one); dropping is a dict pop, so the armed timer may fire with
+    nothing due, and then arms nothing more. It holds no reference to its loop (the
+    loop's entry in ``_TIMERS`` must not keep the loop alive): its methods run on it.
+    """
+
+    def __init__(self) -> None:
+        self._due: dict[Renewable, float] = {}
+        self._until = math.inf  # when the armed timer fires (inf: none is armed)
 
     def add(self, holder: Renewable) -> None:
         """Renew ``holder`` every ``holder.interval`` seconds from now until :meth:`discard`."""
-        self._arm(holder, self._loop.time() + holder.interval)
+        due = asyncio.get_running_loop().time() + holder.interval
+        self._due[holder] = due
+        if due < self._until:
+            self._arm(due)
 
     def discard(self, holder: Renewable) -> None:
         """Stop renewing ``holder`` (a renewal already started still finishes)."""
-        timer = self._timers.pop(holder, None)
-        if timer is not None:
-            timer.cancel()
+        self._due.pop(holder, None)
 
-    def _arm(self, holder: Renewable, due: float) -> None:
-        self._timers[holder] = self._loop.call_at(due, self._due, holder, due)
+    def _arm(self, when: float) -> None:
+        self._until = when  # a timer armed before for later is stale: it will do nothing
+        asyncio.get_running_loop().call_at(when, self._fire, when)
 
-    def _due(self, holder: Renewable, due: float) -> None:
-        # The next renewal is due one interval after this one was, however late it starts.
-        self._arm(holder, max(due, self._loop.time()) + holder.interval)
-        task = self._loop.create_task(holder.renew_once(), name="agentloop lease renewal")
-        renewing = _RENEWING.setdefault(self._loop, set())
-        renewing.add(task)  # a task asyncio holds no strong reference to could be collected
-        task.add_done_callback(renewing.discard)
+    def _fire(self, when: float) -> None:
+        if when != self._until:  # stale
+            return
+        loop = asyncio.get_running_loop()
+        now = max(loop.time(), when)  # asyncio may run a timer a clock tick early
+        renewing = _RENEWING.setdefault(loop, set())
+        for holder, due in list(self._due.items()):
+            if due <= now:
+                self._due[holder] = now + holder.interval  # one interval after this one
+                task = loop.create_task(holder.renew_once(), name="agentloop lease renewal")
+                renewing.add(task)  # asyncio holds no strong reference to a task
+                task.add_done_callback(renewing.discard)
+        self._until = math.inf
+        if self._due:
+            self._arm(min(self._due.values()))
 
 
 _RENEWING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Task[None]]] = (
+    weakref.WeakKeyDictionary()
+)
+_TIMERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, TimerRenewals] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -122,4 +141,8 @@ def renewals() -> Renewals | TimerRenewals:
     """The running event loop's renewals: trio's system task, or asyncio's timers."""
     if on_trio():
         return Renewals.current()
-    return TimerRenewals(asyncio.get_running_loop())
+    loop = asyncio.get_running_loop()
+    timers = _TIMERS.get(loop)
+    if timers is None:
+        timers = _TIMERS[loop] = TimerRenewals()
+    return timers

@@ -9,6 +9,8 @@ backends in ``test_loop_backends.py``.
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 
 import anyio
 import pytest
@@ -16,6 +18,7 @@ from _loop_helpers import SlowFinalize, SlowModel
 
 import agentloopmem
 from agentloop import (
+    Lease,
     Loop,
     LoopConfig,
     ModelReply,
@@ -142,6 +145,51 @@ async def test_renewals_leave_no_task_or_timer_behind() -> None:
         StepType.user,
         StepType.response,
     ]
+
+
+async def test_finished_loops_are_not_kept_alive_by_renewals() -> None:
+    """Leased runs on many ``asyncio.run`` loops in turn keep none of those loops alive
+    (the per-loop renewal timer is weak-keyed and holds no reference to its loop)."""
+    loop = Loop(model=ScriptedModel(["ok"] * 10))
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def run(n: int) -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        await loop.run(f"s{n}", "hi")
+
+    def runs() -> None:  # loops of their own, in a thread: this test's loop is running
+        for n in range(5):
+            asyncio.run(run(n))
+
+    await anyio.to_thread.run_sync(runs)
+    gc.collect()
+    assert [ref() for ref in loops] == [None] * 5
+
+
+class _CountingRenewals(agentloopmem.SessionStore):
+    """Counts each session's renewals."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.renewed: dict[str, int] = {}
+
+    async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        self.renewed[lease.session_id] = self.renewed.get(lease.session_id, 0) + 1
+        return await super().renew_lease(lease, ttl)
+
+
+async def test_a_run_due_sooner_is_renewed_on_time_while_a_later_one_is_armed() -> None:
+    """A short-TTL run that starts while a long-TTL run's renewal is the one armed is
+    still renewed on its own schedule, and the long one on its own."""
+    sessions = _CountingRenewals()
+    slow = Loop(model=SlowModel(0.5), sessions=sessions, config=LoopConfig(lease_ttl=0.9))
+    quick = Loop(model=SlowModel(0.25), sessions=sessions, config=LoopConfig(lease_ttl=0.06))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(slow.run, "long", "hi")
+        await asyncio.sleep(0.05)  # the long run's renewal (due at 0.3 s) is armed
+        tg.start_soon(quick.run, "short", "hi")
+    assert sessions.renewed.get("short", 0) >= 5  # every 20 ms for 250 ms: about 12
+    assert sessions.renewed.get("long", 0) == 1  # at 0.3 s, during its 0.5 s
 
 
 class _NoCheckpointSessions:
