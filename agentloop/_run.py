@@ -125,7 +125,7 @@ class Run:
 
     async def _body(self) -> tuple[RunStatus, str]:
         config = self._parts.config
-        record = self._record
+        record, model = self._record, self._parts.model
         session = await self._load()
         index = await record.append(_USER, self._message)
         self._conversation.add(trusted_message("user", self._message), index)
@@ -141,9 +141,17 @@ class Run:
                         StepType.error, f"token_budget exhausted: {used} of {budget} tokens used"
                     )
                     return RunStatus.budget_exhausted, ""
+            request = self._request(session)
             started = record.now()
-            reply = await self._complete(session)
+            try:  # the model is awaited here, not in a helper: a coroutine less per call
+                reply = await model.complete(request)
+                if not isinstance(reply, ModelReply):
+                    raise TypeError(f"the model must return a ModelReply, got {preview(reply)}")
+            except Exception as exc:
+                await record.append(StepType.error, f"model error: {describe(exc)}")
+                raise
             seconds = record.now() - started
+            record.add_tokens(reply.prompt_tokens, reply.completion_tokens)
             if not reply.tool_calls:
                 await record.append(
                     _RESPONSE,
@@ -209,23 +217,15 @@ class Run:
             )
         )
 
-    async def _complete(self, session: Session) -> ModelReply:
-        request = _build_request(
+    def _request(self, session: Session) -> ModelRequest:
+        """What the model is shown next: the conversation so far, the tools, working memory."""
+        return _build_request(
             session.model or self._parts.config.model,
             session.system_prompt,
             tuple(self._conversation.messages),
             self._parts.specs,
             self._memory.shown,
         )
-        try:
-            reply = await self._parts.model.complete(request)
-            if not isinstance(reply, ModelReply):
-                raise TypeError(f"the model must return a ModelReply, got {preview(reply)}")
-        except Exception as exc:
-            await self._record.append(StepType.error, f"model error: {describe(exc)}")
-            raise
-        self._record.add_tokens(reply.prompt_tokens, reply.completion_tokens)
-        return reply
 
     async def _use_tools(self, reply: ModelReply, seconds: float) -> None:
         record = self._record
