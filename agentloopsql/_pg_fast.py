@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from agentloop import LeaseLostError
+from agentloop._backend import call_ends
 from agentloopsql._jobs import Append, FencedAppend
 from agentloopsql._park import redeliver, to_thread_shielded
 from agentloopsql._pg_append import judge_fence, step_params
@@ -110,17 +111,21 @@ class FastAppends:
     async def append(self, conn: LoopConnection, work: Append[Conn] | FencedAppend[Conn]) -> None:
         """Run ``work`` (one row) on ``conn``, which :meth:`take` gave the caller; give it back.
 
-        The caller made the call's checkpoint just before :meth:`take` (a
-        cancellation pending then landed there, before anything was sent).
+        The caller made the call's cancellation point just before :meth:`take` (a
+        cancellation pending then landed there, before anything was sent); the
+        schedule point is the wait for the answer, or one made after it.
 
         Raises:
             As the worker path for the same work; see the module docstring.
         """
         keep = False
+        conn.waited = False
         try:
             keep, refused = await self._run(conn, work)
         finally:
             self._give_back(conn, keep)
+        if not conn.waited:  # the answer came before any wait: the call's schedule point
+            await call_ends()
         if refused is not None:
             raise refused
 

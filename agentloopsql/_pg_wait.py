@@ -122,6 +122,7 @@ class LoopConnection(psycopg.AsyncConnection[Any]):
         self.lock = _Unlocked()  # type: ignore[assignment]
         self.on_cancel: Callable[[], None] | None = None
         self.absorbed: BaseException | None = None
+        self.waited = False  # whether a call waited on the socket since this was last reset
         self.statements = self.cursor()  # reused by every call: one cursor less per statement
 
     async def wait(
@@ -138,6 +139,7 @@ class LoopConnection(psycopg.AsyncConnection[Any]):
             wait = next(gen)
             while True:
                 try:
+                    self.waited = True
                     if trio_reads and wait == _R:  # the hot path: the answer to a request
                         await trio.lowlevel.wait_readable(fd)
                         ready: int = _READY_R

@@ -10,9 +10,10 @@ import threading
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import anyio
+import trio
 
 from agentloop import StoreUnavailableError
-from agentloop._backend import checkpoint_step
+from agentloop._backend import checkpoint_step, on_trio, raise_pending_cancel
 from agentloop._validate import check_seconds, preview
 from agentloopsql._base import SqlStoreBase
 from agentloopsql._jobs import AnyWork, Append, FencedAppend, IdempotentWrite, KeyedWrite, Read
@@ -20,6 +21,8 @@ from agentloopsql._park import to_thread_shielded
 from agentloopsql._worker import Workers
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
     import psycopg
     import psycopg_pool
 
@@ -28,6 +31,12 @@ if TYPE_CHECKING:
     Conn = psycopg.Connection[Any]
 
 R = TypeVar("R")
+
+
+def _task_id() -> int:
+    """``id()`` of the calling trio task; 0 under asyncio (which keeps its checkpoint)."""
+    return id(trio.lowlevel.current_task()) if on_trio() else 0
+
 
 _MISSING = "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'agentloop[postgres]'"
 
@@ -124,6 +133,9 @@ class PostgresStore(SqlStoreBase["Conn"]):
         # yet, so callers woken together by one group commit find each other here.
         self._counting = threading.Lock()
         self._under_way = 0
+        # id() of the trio task whose lone fast append was the store's last call, else 0
+        # (an id, not the task: a finished task is not kept; a reused id costs a checkpoint)
+        self._in_sequence = 0
         self._closed = False
 
     @overload
@@ -139,18 +151,33 @@ class PostgresStore(SqlStoreBase["Conn"]):
             alone = self._under_way == 1
         try:
             if alone and isinstance(work, Append | FencedAppend) and len(work.rows) == 1:
-                # The call's checkpoint, first: callers started together (a burst of
-                # tasks) all count themselves in before this one decides it is alone.
-                await checkpoint_step()
+                await self._fast_checkpoint()
                 alone = self._under_way == 1 and self._workers.idle
                 conn = self._fast.take() if alone else None
                 if conn is not None:
+                    self._in_sequence = 0
                     await self._fast.append(conn, work)
+                    self._in_sequence = _task_id()
                     return None
+            self._in_sequence = 0
             return await self._workers.call(work)
         finally:
             with self._counting:
                 self._under_way -= 1
+
+    def _fast_checkpoint(self) -> Awaitable[None]:
+        """The cancellation point (and schedule point) before a lone append decides its path.
+
+        Normally a full checkpoint: callers started together (a burst of tasks) all
+        count themselves in before this one decides it is alone. Under trio, when
+        the store's last call was this same task's lone fast append (one task
+        appending in sequence), only the cancellation point: the wait for the
+        server's answer is the call's schedule point (``FastAppends.append`` makes
+        one if it never waited).
+        """
+        if self._in_sequence and self._in_sequence == _task_id():
+            return raise_pending_cancel()
+        return checkpoint_step()
 
     @classmethod
     async def open(

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import psycopg
 import pytest
+import sniffio
+import trio
+import trio.testing
 from _pg_fast_kit import (
     fast_pid,
     fast_store,
@@ -142,14 +146,82 @@ async def test_an_append_made_while_another_call_is_under_way_takes_the_workers(
 
 
 async def test_appends_started_together_all_take_the_workers(store: PostgresStore) -> None:
-    """A burst of tasks: the first does not go fast alone (it would then commit out of
-    step with the others' group commits for as long as they run)."""
+    """A burst of tasks on a store that was not appending in sequence: the first does
+    not go fast alone (it would commit out of step with the others' group commits)."""
     before = store._fast.calls
     async with anyio.create_task_group() as group:
         for task in range(8):
             group.start_soon(store.append, step(0, f"t{task}"))
     assert store._fast.calls == before
     await store.append(step(1, "t0"))
+    assert store._fast.calls == before + 1
+
+
+async def test_a_burst_after_appends_in_sequence_all_take_the_workers(
+    store: PostgresStore,
+) -> None:
+    """One task's appends in sequence skip the schedule point before deciding; the
+    tasks of a burst that follows are other tasks: each still counts itself in first."""
+    for index in range(3):
+        await store.append(step(index, "seq"))
+    before = store._fast.calls
+    async with anyio.create_task_group() as group:
+        for task in range(8):
+            group.start_soon(_append_five, store, f"t{task}")
+    assert store._fast.calls == before
+
+
+async def _append_five(store: PostgresStore, session: str) -> None:
+    for index in range(5):
+        await store.append(step(index, session))
+
+
+@asynccontextmanager
+async def _lets_others_run() -> AsyncIterator[None]:
+    """Asserts the block is a checkpoint: trio's own check, or (asyncio, whose ready
+    queue is first in, first out) another task ran meanwhile."""
+    if sniffio.current_async_library() == "trio":
+        with trio.testing.assert_checkpoints():
+            yield
+        return
+    turns = [0]
+
+    async def count() -> None:
+        while True:
+            turns[0] += 1
+            await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(count)
+        await anyio.lowlevel.checkpoint()
+        seen = turns[0]
+        yield
+        assert turns[0] > seen, "no other task ran"
+        group.cancel_scope.cancel()
+
+
+async def test_appends_in_sequence_are_each_a_checkpoint(store: PostgresStore) -> None:
+    before = store._fast.calls
+    for index in range(6):
+        async with _lets_others_run():
+            await store.append(step(index))
+    assert store._fast.calls == before + 6
+
+
+async def test_a_fast_append_answered_before_any_wait_is_still_a_checkpoint(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Should the answer be there before the first wait, the call still lets others run."""
+    for index in range(2):
+        await store.append(step(index))  # appends in sequence: no schedule point before
+
+    async def answered_at_once(conn: Any, work: Any) -> tuple[bool, None]:
+        return True, None
+
+    monkeypatch.setattr(store._fast, "_run", answered_at_once)
+    before = store._fast.calls
+    async with _lets_others_run():
+        await store.append(step(2))
     assert store._fast.calls == before + 1
 
 

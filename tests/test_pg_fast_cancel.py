@@ -47,6 +47,21 @@ async def test_a_pending_cancellation_sends_nothing(store: PostgresStore, dsn: s
     assert stored(dsn, store.schema) == [1]
 
 
+async def test_a_pending_cancellation_between_appends_in_sequence_sends_nothing(
+    store: PostgresStore, dsn: str
+) -> None:
+    """Appends in sequence skip the schedule point before sending, not the cancellation point."""
+    for index in range(2):
+        await store.append(step(index))
+    before = store._fast.calls
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await store.append(step(2))
+    assert scope.cancelled_caught
+    assert store._fast.calls == before
+    assert stored(dsn, store.schema) == [0, 1]
+
+
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_a_pending_task_cancel_sends_nothing(store: PostgresStore, dsn: str) -> None:
     task = asyncio.current_task()
