@@ -26,7 +26,7 @@ import asyncio
 import math
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import anyio
 import anyio.lowlevel
@@ -67,8 +67,13 @@ class _Done:
 
     __slots__ = ()
 
-    def __await__(self) -> Generator[Any, None, None]:
-        yield from ()
+    if TYPE_CHECKING:
+
+        def __await__(self) -> Generator[Any, None, None]: ...
+
+    else:
+        # The empty tuple's iterator, made by C code: no generator per await.
+        __await__ = staticmethod(().__iter__)
 
 
 _DONE = _Done()
