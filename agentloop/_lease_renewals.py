@@ -89,11 +89,13 @@ class TimerRenewals:
 
     Registering is a dict insert (a timer is armed only when the new due time comes
     before the armed one); dropping is a dict pop, so the armed timer may fire with
-    nothing due, and then arms nothing more. It holds no reference to its loop (the
-    loop's entry in ``_TIMERS`` must not keep the loop alive): its methods run on it.
+    nothing due, and then arms nothing more. Only the loop holds it (through the
+    armed timer; ``_TIMERS`` holds it weakly), and it refers to the loop weakly, so a
+    loop closed with runs still registered is not kept alive by them.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = weakref.ref(loop)
         self._due: dict[Renewable, float] = {}
         self._until = math.inf  # when the armed timer fires (inf: none is armed)
 
@@ -132,9 +134,8 @@ class TimerRenewals:
 _RENEWING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Task[None]]] = (
     weakref.WeakKeyDictionary()
 )
-_TIMERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, TimerRenewals] = (
-    weakref.WeakKeyDictionary()
-)
+# id() of a loop -> its renewals, while a timer of theirs is armed (so held by the loop).
+_TIMERS: weakref.WeakValueDictionary[int, TimerRenewals] = weakref.WeakValueDictionary()
 
 
 def renewals() -> Renewals | TimerRenewals:
@@ -142,7 +143,7 @@ def renewals() -> Renewals | TimerRenewals:
     if on_trio():
         return Renewals.current()
     loop = asyncio.get_running_loop()
-    timers = _TIMERS.get(loop)
-    if timers is None:
-        timers = _TIMERS[loop] = TimerRenewals()
+    timers = _TIMERS.get(id(loop))
+    if timers is None or timers.loop() is not loop:  # none armed, or a dead loop's id
+        timers = _TIMERS[id(loop)] = TimerRenewals(loop)
     return timers

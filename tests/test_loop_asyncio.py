@@ -28,6 +28,7 @@ from agentloop import (
     Session,
     StepType,
 )
+from agentloop._lease_renewals import renewals
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 
@@ -164,6 +165,37 @@ async def test_finished_loops_are_not_kept_alive_by_renewals() -> None:
     await anyio.to_thread.run_sync(runs)
     gc.collect()
     assert [ref() for ref in loops] == [None] * 5
+
+
+class _HolderOfItsLoop:
+    """A renewable that refers to its loop, as a leased run's does (through its task)."""
+
+    interval = 10.0
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+
+    async def renew_once(self) -> None:
+        return None
+
+
+async def test_a_loop_closed_with_a_holder_registered_is_not_kept_alive() -> None:
+    """A loop closed by hand while a run is still registered for renewal (it never
+    finished, so never left) is not kept alive by the renewals."""
+
+    def abandon() -> weakref.ref[asyncio.AbstractEventLoop]:
+        event_loop = asyncio.new_event_loop()
+
+        async def register() -> None:
+            renewals().add(_HolderOfItsLoop())
+
+        event_loop.run_until_complete(register())
+        event_loop.close()
+        return weakref.ref(event_loop)
+
+    ref = await anyio.to_thread.run_sync(abandon)
+    gc.collect()
+    assert ref() is None
 
 
 class _CountingRenewals(agentloopmem.SessionStore):
