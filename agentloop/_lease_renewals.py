@@ -1,16 +1,24 @@
-"""What renews the leases of the running leased runs, so a run spawns no task of its own.
+"""What renews the leases of the running leased runs, and bounds their lease calls.
 
 A run registers its holder with :meth:`add` and drops it with :meth:`discard`
 when it ends. Each due renewal runs as a task of its own (a slow renew holds
-up no other run's).
+up no other run's). A run's lease calls are bounded here too: :meth:`bound`
+cancels a scope at a time unless :meth:`unbound` came first. That is what a
+scope deadline does, without one: each deadline change of a trio scope costs
+about as much as a store call and leaves an entry (holding the scope) in
+trio's deadline heap until it is pruned; a leased run would make four.
 
 - Under trio, one system task per trio run (:class:`Renewals`) sleeps until
   the earliest due time; registering is two dict operations.
 - Under asyncio, which has no system tasks, one timer per loop
   (:class:`TimerRenewals`, ``loop.call_at``) is armed for the earliest due
-  renewal: no task exists while nothing is due, so nothing outlives its loop
+  time: no task exists while nothing is due, so nothing outlives its loop
   or a run; registering is a dict insert. A renewal started before the run
   ended still finishes (bounded by its interval).
+
+While anything is registered, either wakes at least every :data:`TICK`
+seconds, so a new registration due later than that never has to wake it
+(runs back to back would otherwise wake it once each).
 """
 
 from __future__ import annotations
@@ -22,7 +30,9 @@ from typing import Protocol
 
 import trio
 
-from agentloop._backend import on_trio
+from agentloop._backend import Scope, on_trio
+
+TICK = 1.0
 
 _RENEWALS: trio.lowlevel.RunVar[Renewals] = trio.lowlevel.RunVar("agentloop_lease_renewals")
 
@@ -40,13 +50,23 @@ class Renewable(Protocol):
         ...
 
 
+def _next_wake(now: float, due: dict[Renewable, float], bounds: dict[Scope, float]) -> float:
+    """When to wake next: the earliest due time, at most :data:`TICK` from now."""
+    if not due and not bounds:
+        return math.inf
+    return min(now + TICK, *due.values(), *bounds.values())
+
+
 class Renewals:
-    """The leased runs of one trio run and when each lease is next due for renewal."""
+    """The leased runs of one trio run, when each lease is next due for renewal, and
+    the bounds of their lease calls."""
 
     def __init__(self) -> None:
         self._due: dict[Renewable, float] = {}
+        self._bounds: dict[Scope, float] = {}
         self._until = math.inf  # when the task wakes up next on its own
         self._wake = trio.Event()
+        self.wakes = 0  # how often the task woke (for tests)
 
     @classmethod
     def current(cls) -> Renewals:
@@ -63,25 +83,48 @@ class Renewals:
         """Renew ``holder`` every ``holder.interval`` seconds from now until :meth:`discard`."""
         due = trio.current_time() + holder.interval
         self._due[holder] = due
-        if due < self._until:
-            self._wake.set()
+        self._wake_by(due)
 
     def discard(self, holder: Renewable) -> None:
         """Stop renewing ``holder`` (a renewal already started still finishes)."""
         self._due.pop(holder, None)
 
+    def bound(self, scope: Scope, when: float) -> None:
+        """Cancel ``scope`` at ``when`` (on trio's clock) unless :meth:`unbound` first."""
+        self._bounds[scope] = when
+        self._wake_by(when)
+
+    def unbound(self, scope: Scope) -> None:
+        """Drop ``scope``'s bound (a bound already reached has cancelled it)."""
+        self._bounds.pop(scope, None)
+
+    def _wake_by(self, when: float) -> None:
+        if when < self._until:
+            self._until = when
+            self._wake.set()
+
     async def _serve(self) -> None:
         async with trio.open_nursery() as nursery:
             while True:
+                self.wakes += 1
                 now = trio.current_time()
                 for holder, due in list(self._due.items()):
                     if due <= now:
                         self._due[holder] = now + holder.interval
                         nursery.start_soon(holder.renew_once)
-                self._until = min(self._due.values(), default=math.inf)
+                _cancel_reached(self._bounds, now)
+                self._until = _next_wake(now, self._due, self._bounds)
                 self._wake = trio.Event()
                 with trio.move_on_at(self._until):
                     await self._wake.wait()
+
+
+def _cancel_reached(bounds: dict[Scope, float], now: float) -> None:
+    """Cancel (and drop) every scope whose bound ``now`` reached."""
+    for scope, when in list(bounds.items()):
+        if when <= now:
+            del bounds[scope]
+            scope.cancel()
 
 
 class TimerRenewals:
@@ -89,7 +132,8 @@ class TimerRenewals:
 
     Registering is a dict insert (a timer is armed only when the new due time comes
     before the armed one); dropping is a dict pop, so the armed timer may fire with
-    nothing due, and then arms nothing more. Only the loop holds it (through the
+    nothing due, and then arms nothing more once nothing is registered. Only the loop
+    holds it (through the
     armed timer; ``_TIMERS`` holds it weakly), and it refers to the loop weakly, so a
     loop closed with runs still registered is not kept alive by them.
     """
@@ -97,20 +141,37 @@ class TimerRenewals:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = weakref.ref(loop)
         self._due: dict[Renewable, float] = {}
+        self._bounds: dict[Scope, float] = {}
         self._until = math.inf  # when the armed timer fires (inf: none is armed)
+        self.wakes = 0  # how often a timer was armed (for tests)
 
     def add(self, holder: Renewable) -> None:
         """Renew ``holder`` every ``holder.interval`` seconds from now until :meth:`discard`."""
         due = asyncio.get_running_loop().time() + holder.interval
         self._due[holder] = due
         if due < self._until:
-            self._arm(due)
+            self._arm_by(due)
 
     def discard(self, holder: Renewable) -> None:
         """Stop renewing ``holder`` (a renewal already started still finishes)."""
         self._due.pop(holder, None)
 
+    def bound(self, scope: Scope, when: float) -> None:
+        """Cancel ``scope`` at ``when`` (on the loop's clock) unless :meth:`unbound` first."""
+        self._bounds[scope] = when
+        if when < self._until:
+            self._arm_by(when)
+
+    def unbound(self, scope: Scope) -> None:
+        """Drop ``scope``'s bound (a bound already reached has cancelled it)."""
+        self._bounds.pop(scope, None)
+
+    def _arm_by(self, when: float) -> None:
+        """Arm a timer for ``when``, or sooner: at most ``TICK`` from now."""
+        self._arm(min(when, asyncio.get_running_loop().time() + TICK))
+
     def _arm(self, when: float) -> None:
+        self.wakes += 1
         self._until = when  # a timer armed before for later is stale: it will do nothing
         asyncio.get_running_loop().call_at(when, self._fire, when)
 
@@ -126,9 +187,11 @@ class TimerRenewals:
                 task = loop.create_task(holder.renew_once(), name="agentloop lease renewal")
                 renewing.add(task)  # asyncio holds no strong reference to a task
                 task.add_done_callback(renewing.discard)
+        _cancel_reached(self._bounds, now)
         self._until = math.inf
-        if self._due:
-            self._arm(min(self._due.values()))
+        wake = _next_wake(now, self._due, self._bounds)
+        if wake < math.inf:
+            self._arm(wake)
 
 
 _RENEWING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Task[None]]] = (

@@ -19,6 +19,7 @@ from agentloop._errors import LeaseLostError, SessionBusyError, StoreError
 from agentloop._events import LoopWarning
 from agentloop._lease import Lease, SupportsLease
 from agentloop._lease_owner import new_owner
+from agentloop._lease_renewals import Renewals, TimerRenewals
 from agentloop._lease_renewals import renewals as current_renewals
 from agentloop._run import Run
 from agentloop._run_stores import RunStores
@@ -155,8 +156,10 @@ class LeaseHolder:
         config: LoopConfig,
         emit: EventHandler | None,
         scope: Scope,
+        renewals: Renewals | TimerRenewals,
     ) -> None:
         self._sessions = sessions
+        self._renewals = renewals
         self._session_id = session_id
         self._config = config
         self._emit = emit
@@ -210,7 +213,7 @@ class LeaseHolder:
         try:
             stores = run_stores(parts, self._sessions, lease, covered)
             run = Run(parts, stores, message)
-            renewals = current_renewals()
+            renewals = self._renewals
             self._stores = stores
             renewals.add(self)
             try:
@@ -234,9 +237,13 @@ class LeaseHolder:
         if on_trio():
             await self._release_in_run_scope()
             return
-        # One scope: shielded from the caller's cancellation, yet bounded by its own deadline.
-        with cancel_scope(shield=True, deadline=clock()() + self._config.finalize_timeout) as scope:
-            await self._release_once()
+        # One scope: shielded from the caller's cancellation, yet bounded (by the renewals).
+        with cancel_scope(shield=True) as scope:
+            self._renewals.bound(scope, clock()() + self._config.finalize_timeout)
+            try:
+                await self._release_once()
+            finally:
+                self._renewals.unbound(scope)
         if scope.cancelled_caught:
             self._abandoned()
 
@@ -250,12 +257,13 @@ class LeaseHolder:
         """
         scope = self._run_scope
         scope.shield = True
-        scope.deadline = clock()() + self._config.finalize_timeout
+        self._renewals.bound(scope, clock()() + self._config.finalize_timeout)
         try:
             await self._release_once()
         except trio.Cancelled:
             self._abandoned()
         finally:
+            self._renewals.unbound(scope)
             if scope.cancel_called:  # else the scope cannot catch the caller's cancellation
                 scope.shield = False
 
@@ -291,23 +299,27 @@ async def run_leased(
     owner = new_owner()
     now = clock()
     deadline = now() + config.lease_wait
-    # One scope bounds the first acquire_lease try, then is the run's own (a scope fewer
-    # per run); a fresh one only when that bound passed just as the store answered.
-    scope = cancel_scope(deadline=_first_bound(config, now(), deadline))
+    renewals = current_renewals()
+    # One scope is bounded for the first acquire_lease try, then is the run's own (a
+    # scope fewer per run); a fresh one only when that bound passed as the store answered.
+    scope = cancel_scope()
     holder: LeaseHolder | None = None
     with scope:
-        lease = await _acquire_call(sessions, session_id, owner, config)
-        scope.deadline = math.inf
+        renewals.bound(scope, _first_bound(config, now(), deadline))
+        try:
+            lease = await _acquire_call(sessions, session_id, owner, config)
+        finally:
+            renewals.unbound(scope)
         if not scope.cancel_called:
             if lease is None:
                 lease = await _acquire_rest(sessions, session_id, owner, config, deadline)
-            holder = LeaseHolder(sessions, session_id, config, parts.on_event, scope)
+            holder = LeaseHolder(sessions, session_id, config, parts.on_event, scope, renewals)
             return await holder.hold_and_run(parts, covered, message, lease)
     if holder is None and scope.cancelled_caught:
         raise _unanswered(session_id, config)
     if holder is None:
         scope = cancel_scope()
-        holder = LeaseHolder(sessions, session_id, config, parts.on_event, scope)
+        holder = LeaseHolder(sessions, session_id, config, parts.on_event, scope, renewals)
         with scope:
             if lease is None:
                 lease = await _acquire_rest(sessions, session_id, owner, config, deadline)
