@@ -134,7 +134,8 @@ class PostgresStore(SqlStoreBase["Conn"]):
         self._counting = threading.Lock()
         self._under_way = 0
         # id() of the trio task whose lone fast append was the store's last call, else 0
-        # (an id, not the task: a finished task is not kept; a reused id costs a checkpoint)
+        # (an id, not the task: a finished task is not kept; a new task given a reused
+        # id may skip the burst checkpoint once, never the cancellation point)
         self._in_sequence = 0
         self._closed = False
 
