@@ -108,15 +108,21 @@ class Renewals:
             while True:
                 self.wakes += 1
                 now = trio.current_time()
-                for holder, due in list(self._due.items()):
-                    if due <= now:
-                        self._due[holder] = now + holder.interval
-                        nursery.start_soon(holder.renew_once)
+                for holder in _take_due(self._due, now):
+                    nursery.start_soon(holder.renew_once)
                 _cancel_reached(self._bounds, now)
                 self._until = _next_wake(now, self._due, self._bounds)
                 self._wake = trio.Event()
                 with trio.move_on_at(self._until):
                     await self._wake.wait()
+
+
+def _take_due(due: dict[Renewable, float], now: float) -> list[Renewable]:
+    """The holders whose renewal ``now`` reached, each due again one interval from now."""
+    ready = [holder for holder, when in due.items() if when <= now]
+    for holder in ready:
+        due[holder] = now + holder.interval
+    return ready
 
 
 def _cancel_reached(bounds: dict[Scope, float], now: float) -> None:
@@ -133,9 +139,9 @@ class TimerRenewals:
     Registering is a dict insert (a timer is armed only when the new due time comes
     before the armed one); dropping is a dict pop, so the armed timer may fire with
     nothing due, and then arms nothing more once nothing is registered. Only the loop
-    holds it (through the
-    armed timer; ``_TIMERS`` holds it weakly), and it refers to the loop weakly, so a
-    loop closed with runs still registered is not kept alive by them.
+    holds it (through the armed timer; ``_TIMERS`` holds it weakly), and it refers to
+    the loop weakly, so a loop closed with runs still registered is not kept alive by
+    them.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -181,12 +187,10 @@ class TimerRenewals:
         loop = asyncio.get_running_loop()
         now = max(loop.time(), when)  # asyncio may run a timer a clock tick early
         renewing = _RENEWING.setdefault(loop, set())
-        for holder, due in list(self._due.items()):
-            if due <= now:
-                self._due[holder] = now + holder.interval  # one interval after this one
-                task = loop.create_task(holder.renew_once(), name="agentloop lease renewal")
-                renewing.add(task)  # asyncio holds no strong reference to a task
-                task.add_done_callback(renewing.discard)
+        for holder in _take_due(self._due, now):
+            task = loop.create_task(holder.renew_once(), name="agentloop lease renewal")
+            renewing.add(task)  # asyncio holds no strong reference to a task
+            task.add_done_callback(renewing.discard)
         _cancel_reached(self._bounds, now)
         self._until = math.inf
         wake = _next_wake(now, self._due, self._bounds)
