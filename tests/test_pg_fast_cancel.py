@@ -33,33 +33,25 @@ async def store(dsn: str) -> AsyncIterator[PostgresStore]:
         yield opened
 
 
-async def test_a_pending_cancellation_sends_nothing(store: PostgresStore, dsn: str) -> None:
-    kept = store._fast._conn
-    before = store._fast.calls
-    with anyio.CancelScope() as scope:
-        scope.cancel()
-        await store.append(step(0))
-    assert scope.cancelled_caught
-    assert store._fast.calls == before  # landed at the call's checkpoint: nothing taken
-    assert store._fast._conn is kept  # so the connection is kept
-    assert stored(dsn, store.schema) == []
-    await store.append(step(1))
-    assert stored(dsn, store.schema) == [1]
-
-
-async def test_a_pending_cancellation_between_appends_in_sequence_sends_nothing(
-    store: PostgresStore, dsn: str
+@pytest.mark.parametrize("before", [0, 2], ids=["first", "in-sequence"])
+async def test_a_pending_cancellation_sends_nothing(
+    store: PostgresStore, dsn: str, before: int
 ) -> None:
-    """Appends in sequence skip the schedule point before sending, not the cancellation point."""
-    for index in range(2):
+    """Also between appends in sequence, which skip the schedule point before sending,
+    not the cancellation point."""
+    for index in range(before):
         await store.append(step(index))
-    before = store._fast.calls
+    kept = store._fast._conn
+    calls = store._fast.calls
     with anyio.CancelScope() as scope:
         scope.cancel()
-        await store.append(step(2))
+        await store.append(step(before))
     assert scope.cancelled_caught
-    assert store._fast.calls == before
-    assert stored(dsn, store.schema) == [0, 1]
+    assert store._fast.calls == calls  # landed at the call's checkpoint: nothing taken
+    assert store._fast._conn is kept  # so the connection is kept
+    assert stored(dsn, store.schema) == list(range(before))
+    await store.append(step(before + 1))
+    assert stored(dsn, store.schema) == [*range(before), before + 1]
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
