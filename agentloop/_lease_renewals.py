@@ -30,7 +30,7 @@ from typing import Protocol
 
 import trio
 
-from agentloop._backend import Scope, on_trio
+from agentloop._backend import on_trio
 
 TICK = 1.0
 
@@ -50,7 +50,15 @@ class Renewable(Protocol):
         ...
 
 
-def _next_wake(now: float, due: dict[Renewable, float], bounds: dict[Scope, float]) -> float:
+class Cancellable(Protocol):
+    """A scope a bound cancels."""
+
+    def cancel(self) -> None:
+        """Cancel what runs inside the scope."""
+        ...
+
+
+def _next_wake(now: float, due: dict[Renewable, float], bounds: dict[Cancellable, float]) -> float:
     """When to wake next: the earliest due time, at most :data:`TICK` from now."""
     if not due and not bounds:
         return math.inf
@@ -63,7 +71,7 @@ class Renewals:
 
     def __init__(self) -> None:
         self._due: dict[Renewable, float] = {}
-        self._bounds: dict[Scope, float] = {}
+        self._bounds: dict[Cancellable, float] = {}
         self._until = math.inf  # when the task wakes up next on its own
         self._wake = trio.Event()
         self.wakes = 0  # how often the task woke (for tests)
@@ -89,12 +97,12 @@ class Renewals:
         """Stop renewing ``holder`` (a renewal already started still finishes)."""
         self._due.pop(holder, None)
 
-    def bound(self, scope: Scope, when: float) -> None:
+    def bound(self, scope: Cancellable, when: float) -> None:
         """Cancel ``scope`` at ``when`` (on trio's clock) unless :meth:`unbound` first."""
         self._bounds[scope] = when
         self._wake_by(when)
 
-    def unbound(self, scope: Scope) -> None:
+    def unbound(self, scope: Cancellable) -> None:
         """Drop ``scope``'s bound (a bound already reached has cancelled it)."""
         self._bounds.pop(scope, None)
 
@@ -125,7 +133,7 @@ def _take_due(due: dict[Renewable, float], now: float) -> list[Renewable]:
     return ready
 
 
-def _cancel_reached(bounds: dict[Scope, float], now: float) -> None:
+def _cancel_reached(bounds: dict[Cancellable, float], now: float) -> None:
     """Cancel (and drop) every scope whose bound ``now`` reached."""
     for scope, when in list(bounds.items()):
         if when <= now:
@@ -147,7 +155,7 @@ class TimerRenewals:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = weakref.ref(loop)
         self._due: dict[Renewable, float] = {}
-        self._bounds: dict[Scope, float] = {}
+        self._bounds: dict[Cancellable, float] = {}
         self._until = math.inf  # when the armed timer fires (inf: none is armed)
         self.wakes = 0  # how often a timer was armed (for tests)
 
@@ -162,13 +170,13 @@ class TimerRenewals:
         """Stop renewing ``holder`` (a renewal already started still finishes)."""
         self._due.pop(holder, None)
 
-    def bound(self, scope: Scope, when: float) -> None:
+    def bound(self, scope: Cancellable, when: float) -> None:
         """Cancel ``scope`` at ``when`` (on the loop's clock) unless :meth:`unbound` first."""
         self._bounds[scope] = when
         if when < self._until:
             self._arm_by(when)
 
-    def unbound(self, scope: Scope) -> None:
+    def unbound(self, scope: Cancellable) -> None:
         """Drop ``scope``'s bound (a bound already reached has cancelled it)."""
         self._bounds.pop(scope, None)
 

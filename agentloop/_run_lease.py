@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, cast
 import anyio
 import trio
 
-from agentloop._backend import Scope, cancel_scope, clock, on_trio
+from agentloop._backend import cancel_scope, clock, on_trio, run_scope
 from agentloop._describe import describe, describe_message
 from agentloop._errors import LeaseLostError, SessionBusyError, StoreError
 from agentloop._events import LoopWarning
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from agentloop._events import EventHandler
     from agentloop._protocols import SessionStore, StepStore
     from agentloop._run import RunParts
+    from agentloop._task_scope import TaskScope
 
 # The wait for a busy lease polls: first after ~10 ms, doubling up to ~0.5 s, each
 # delay jittered down to half so that workers waiting on one session spread out.
@@ -155,7 +156,7 @@ class LeaseHolder:
         session_id: str,
         config: LoopConfig,
         emit: EventHandler | None,
-        scope: Scope,
+        scope: trio.CancelScope | TaskScope,
         renewals: Renewals | TimerRenewals,
     ) -> None:
         self._sessions = sessions
@@ -255,7 +256,7 @@ class LeaseHolder:
         the bound cancelled the scope its shield is lifted, so a cancellation of the
         caller still propagates out of the run's scope (which caught only its own).
         """
-        scope = self._run_scope
+        scope = cast("trio.CancelScope", self._run_scope)  # trio's, under trio
         scope.shield = True
         self._renewals.bound(scope, clock()() + self._config.finalize_timeout)
         try:
@@ -302,7 +303,7 @@ async def run_leased(
     renewals = current_renewals()
     # One scope is bounded for the first acquire_lease try, then is the run's own (a
     # scope fewer per run); a fresh one only when that bound passed as the store answered.
-    scope = cancel_scope()
+    scope = run_scope()
     holder: LeaseHolder | None = None
     with scope:
         renewals.bound(scope, _first_bound(config, now(), deadline))
@@ -318,7 +319,7 @@ async def run_leased(
     if holder is None and scope.cancelled_caught:
         raise _unanswered(session_id, config)
     if holder is None:
-        scope = cancel_scope()
+        scope = run_scope()
         holder = LeaseHolder(sessions, session_id, config, parts.on_event, scope, renewals)
         with scope:
             if lease is None:
