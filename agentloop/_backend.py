@@ -29,7 +29,6 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import anyio
-import anyio.lowlevel
 import sniffio
 import trio
 
@@ -159,15 +158,18 @@ def raise_pending_cancel() -> Awaitable[None]:
     it takes its session's turn). Under trio that is ``checkpoint_if_cancelled``.
     Under asyncio a ``Task.cancel()`` (or an expired ``asyncio.timeout``) not yet
     undone (``Task.cancelling()``) gets a ``sleep(0)``, where it is delivered (a
-    schedule point, only then), and a cancelled anyio scope is raised by
-    ``anyio.lowlevel.checkpoint_if_cancelled``.
+    schedule point, only then), and so does a cancelled anyio scope around the
+    task (``current_effective_deadline()`` is ``-inf``: what
+    ``anyio.lowlevel.checkpoint_if_cancelled`` checks, without its two coroutines).
     """
     if _library.name == "trio":
         return _checkpoint_if_cancelled()
     task = asyncio.current_task()
-    if task is not None and task.cancelling():
+    if (task is not None and task.cancelling()) or (
+        anyio.current_effective_deadline() == -math.inf
+    ):
         return asyncio.sleep(0)
-    return anyio.lowlevel.checkpoint_if_cancelled()
+    return _DONE
 
 
 def cancel_scope(*, deadline: float = math.inf, shield: bool = False) -> Scope:

@@ -5,7 +5,6 @@ See "The loop and session leases" in ``docs/decisions.md``.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import random
 from typing import TYPE_CHECKING, cast
@@ -13,12 +12,12 @@ from typing import TYPE_CHECKING, cast
 import anyio
 import trio
 
-from agentloop._backend import cancel_scope, clock, on_trio, run_scope
+from agentloop._backend import cancel_scope, clock, run_scope
 from agentloop._describe import describe, describe_message
 from agentloop._errors import LeaseLostError, SessionBusyError, StoreError
-from agentloop._events import LoopWarning
 from agentloop._lease import Lease, SupportsLease
 from agentloop._lease_owner import new_owner
+from agentloop._lease_release import LeaseRelease
 from agentloop._lease_renewals import Renewals, TimerRenewals
 from agentloop._lease_renewals import renewals as current_renewals
 from agentloop._run import Run
@@ -135,7 +134,7 @@ def run_stores(parts: RunParts, sessions: SupportsLease, lease: Lease, covered: 
     return RunStores(steps, view, lease.session_id)
 
 
-class LeaseHolder:
+class LeaseHolder(LeaseRelease):
     """One run's hold on its lease: renewed in the background while the run goes on, then released.
 
     Renewal (every ``lease_ttl / 3``) comes from the event loop's renewals
@@ -169,11 +168,6 @@ class LeaseHolder:
         self._run_scope = scope
         self.renew_lost: LeaseLostError | None = None  # a renew found the lease taken over
         self._lost = False  # lost by a renew or a write: nothing to release
-
-    def _warn(self, message: str) -> None:
-        if self._emit is not None:
-            with contextlib.suppress(Exception):  # a warning must not fail what it reports on
-                self._emit(LoopWarning(self._session_id, message))
 
     async def renew_once(self) -> None:
         """Renew the lease once, bounded by the interval; never raises.
@@ -225,60 +219,6 @@ class LeaseHolder:
                 self._lost = stores.lease_lost is not None
         finally:
             await self.release()
-
-    async def release(self) -> None:
-        """Release the lease, shielded and bounded by ``finalize_timeout``; never raises.
-
-        Skipped once the lease was lost (releasing it would be a no-op). A
-        release that fails, or is abandoned at the bound, is a ``LoopWarning``:
-        the lease then frees itself ``lease_ttl`` after its last renew.
-        """
-        if self._lost:
-            return
-        if on_trio():
-            await self._release_in_run_scope()
-            return
-        # One scope: shielded from the caller's cancellation, yet bounded (by the renewals).
-        with cancel_scope(shield=True) as scope:
-            self._renewals.bound(scope, clock()() + self._config.finalize_timeout)
-            try:
-                await self._release_once()
-            finally:
-                self._renewals.unbound(scope)
-        if scope.cancelled_caught:
-            self._abandoned()
-
-    async def _release_in_run_scope(self) -> None:
-        """Under trio the run's own scope, shielded and given the bound, holds the release.
-
-        No renew can cancel that scope any more (the run left the renewals). A
-        ``Cancelled`` here is then the bound's: it is the warning, not an error. Once
-        the bound cancelled the scope its shield is lifted, so a cancellation of the
-        caller still propagates out of the run's scope (which caught only its own).
-        """
-        scope = cast("trio.CancelScope", self._run_scope)  # trio's, under trio
-        scope.shield = True
-        self._renewals.bound(scope, clock()() + self._config.finalize_timeout)
-        try:
-            await self._release_once()
-        except trio.Cancelled:
-            self._abandoned()
-        finally:
-            self._renewals.unbound(scope)
-            if scope.cancel_called:  # else the scope cannot catch the caller's cancellation
-                scope.shield = False
-
-    async def _release_once(self) -> None:
-        try:
-            await self._sessions.release_lease(self._lease)
-        except Exception as exc:
-            self._warn(f"release_lease failed; the lease expires on its own: {describe(exc)}")
-
-    def _abandoned(self) -> None:
-        self._warn(
-            f"release_lease abandoned after {self._config.finalize_timeout}s (finalize_timeout); "
-            f"the lease expires on its own"
-        )
 
 
 async def run_leased(

@@ -58,6 +58,12 @@ class TaskScope:
         if self._task is not None and not self._left:
             self._deliver(self._task)
 
+    def cancelled_alone(self) -> bool:
+        """Inside the scope: whether its cancellation was delivered and is the task's
+        only one pending (a ``CancelledError`` caught now is this scope's own)."""
+        task = self._task
+        return self._delivered and task is not None and task.cancelling() <= self._cancelling + 1
+
     def _deliver(self, task: asyncio.Task[object]) -> None:
         self._delivered = True
         task.cancel()

@@ -1,0 +1,157 @@
+"""Releasing a leased run's lease under asyncio, where the release is tried unshielded.
+
+The release runs in the run's ``TaskScope``, bounded there by ``finalize_timeout``;
+a caller's cancellation (an anyio scope or ``Task.cancel()``) that cuts it short
+gets it made again, shielded, before the cancellation propagates. What must hold,
+as under trio (``test_loop_release.py``): the run's own outcome always wins over
+the release's, the release is bounded and reported, and a cancelled run still
+frees its lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import anyio
+import pytest
+from _loop_helpers import SlowModel
+
+import agentloopmem
+from agentloop import EventCollector, Lease, Loop, LoopConfig, LoopWarning, RunStatus, ScriptedModel
+
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
+
+BOUND = 0.2  # finalize_timeout, seconds
+ABANDONED = (
+    f"release_lease abandoned after {BOUND}s (finalize_timeout); the lease expires on its own"
+)
+
+
+class HangingRelease(agentloopmem.SessionStore):
+    async def release_lease(self, lease: Lease) -> None:
+        await asyncio.sleep(3600)
+
+
+class FailingRelease(agentloopmem.SessionStore):
+    async def release_lease(self, lease: Lease) -> None:
+        await asyncio.sleep(0)
+        raise OSError("gone")
+
+
+class FirstReleaseWaits(agentloopmem.SessionStore):
+    """The first ``release_lease`` signals ``waiting`` and waits (to be cut short); the
+    later ones release at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = asyncio.Event()
+        self.calls = 0
+
+    async def release_lease(self, lease: Lease) -> None:
+        self.calls += 1
+        if self.calls == 1:
+            self.waiting.set()
+            await asyncio.sleep(3600)
+        await super().release_lease(lease)
+
+
+def _loop(model: object, sessions: agentloopmem.SessionStore, events: EventCollector) -> Loop:
+    config = LoopConfig(finalize_timeout=BOUND)
+    return Loop(model=model, sessions=sessions, config=config, on_event=events)  # type: ignore[arg-type]
+
+
+def _warnings(events: EventCollector) -> list[str]:
+    return [w.message for w in events.of_type(LoopWarning)]
+
+
+def _cancelling() -> int:
+    task = asyncio.current_task()
+    assert task is not None
+    return task.cancelling()
+
+
+async def _free(sessions: agentloopmem.SessionStore) -> bool:
+    return await agentloopmem.SessionStore.acquire_lease(sessions, "s", "next", 10) is not None
+
+
+async def test_a_hanging_release_of_a_completed_run_is_abandoned_at_the_bound() -> None:
+    events = EventCollector()
+    start = anyio.current_time()
+    with anyio.fail_after(10):
+        result = await _loop(ScriptedModel(["ok"]), HangingRelease(), events).run("s", "hi")
+    assert result.status is RunStatus.completed
+    assert BOUND <= anyio.current_time() - start < BOUND + 1
+    assert _warnings(events) == [ABANDONED]
+    assert _cancelling() == 0
+
+
+async def test_a_hanging_release_of_a_run_cancelled_by_a_scope_lets_it_through() -> None:
+    events = EventCollector()
+    sessions = HangingRelease()
+    with anyio.fail_after(10), anyio.move_on_after(0.05) as scope:
+        await _loop(SlowModel(), sessions, events).run("s", "hi")
+    assert scope.cancelled_caught
+    assert _warnings(events) == [ABANDONED]
+    final = await sessions.final("s")
+    assert final is not None
+    assert final.status is RunStatus.cancelled
+    assert _cancelling() == 0
+
+
+async def test_a_hanging_release_of_a_task_cancelled_run_raises_the_cancellation() -> None:
+    events = EventCollector()
+    task = asyncio.get_running_loop().create_task(
+        _loop(SlowModel(), HangingRelease(), events).run("s", "hi")
+    )
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with anyio.fail_after(10), pytest.raises(asyncio.CancelledError):
+        await task
+    assert _warnings(events) == [ABANDONED]
+
+
+async def test_a_failing_release_is_a_warning() -> None:
+    events = EventCollector()
+    result = await _loop(ScriptedModel(["ok"]), FailingRelease(), events).run("s", "hi")
+    assert result.status is RunStatus.completed
+    assert _warnings(events) == [
+        "release_lease failed; the lease expires on its own: OSError('gone')"
+    ]
+
+
+async def test_a_release_cut_short_by_the_callers_scope_is_made_again_shielded() -> None:
+    """The scope is cancelled while the first release waits: a second, shielded release
+    frees the lease, then the cancellation reaches the scope."""
+    events = EventCollector()
+    sessions = FirstReleaseWaits()
+    loop = _loop(ScriptedModel(["ok"]), sessions, events)
+    with anyio.fail_after(10), anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+
+            async def cancel_when_waiting() -> None:
+                await sessions.waiting.wait()
+                scope.cancel()
+
+            tg.start_soon(cancel_when_waiting)
+            await loop.run("s", "hi")
+            await anyio.sleep(3600)
+    assert scope.cancelled_caught
+    assert sessions.calls == 2
+    assert await _free(sessions)
+    assert _warnings(events) == []
+    assert _cancelling() == 0
+
+
+async def test_a_release_cut_short_by_task_cancel_is_made_again_then_raised() -> None:
+    events = EventCollector()
+    sessions = FirstReleaseWaits()
+    loop = _loop(ScriptedModel(["ok"]), sessions, events)
+    task = asyncio.get_running_loop().create_task(loop.run("s", "hi"))
+    with anyio.fail_after(10):
+        await sessions.waiting.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert sessions.calls == 2
+    assert await _free(sessions)
+    assert _warnings(events) == []
