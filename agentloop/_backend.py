@@ -32,7 +32,7 @@ import anyio
 import sniffio
 import trio
 
-from agentloop._task_scope import TaskScope
+from agentloop._asyncio_cancel import redeliver
 
 __all__ = [
     "LoopGoneError",
@@ -48,7 +48,7 @@ __all__ = [
     "clock",
     "on_trio",
     "raise_pending_cancel",
-    "run_scope",
+    "redeliver",
     "timeout_error",
     "uncancellable",
 ]
@@ -189,15 +189,6 @@ def cancel_scope(*, deadline: float = math.inf, shield: bool = False) -> Scope:
         _ASYNCIO_SCOPE[_library.name] = type(scope)
         return scope
     return kind(deadline=deadline, shield=shield)  # what anyio.CancelScope(...) would make
-
-
-def run_scope() -> trio.CancelScope | TaskScope:
-    """A scope only the loop itself cancels, without deadline or shield: trio's own
-    under trio; under asyncio a :class:`TaskScope` (asyncio's own protocol, a fraction
-    of an anyio scope's cost), whose cancellation is delivered once."""
-    if _library.name == "trio":
-        return trio.CancelScope()
-    return TaskScope()
 
 
 # The asyncio backend's scope class, found once: anyio.CancelScope(...) looks up the

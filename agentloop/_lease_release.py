@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, cast
 
 import trio
 
-from agentloop._backend import cancel_scope, clock, on_trio
+from agentloop._asyncio_cancel import TaskScope
+from agentloop._backend import Scope, cancel_scope, clock, on_trio, redeliver
 from agentloop._describe import describe
 from agentloop._events import LoopWarning
 
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
     from agentloop._events import EventHandler
     from agentloop._lease import Lease, SupportsLease
     from agentloop._lease_renewals import Renewals, TimerRenewals
-    from agentloop._task_scope import TaskScope
 
 
 class LeaseRelease:
@@ -33,7 +33,7 @@ class LeaseRelease:
     _config: LoopConfig
     _emit: EventHandler | None
     _renewals: Renewals | TimerRenewals
-    _run_scope: trio.CancelScope | TaskScope
+    _run_scope: Scope
     _lost: bool  # lost by a renew or a write: nothing to release
 
     def _warn(self, message: str) -> None:
@@ -42,15 +42,13 @@ class LeaseRelease:
                 self._emit(LoopWarning(self._session_id, message))
 
     async def release(self) -> None:
-        """Release the lease, shielded and bounded by ``finalize_timeout``; never raises
-        but the caller's cancellation.
+        """Release the lease, shielded and bounded by ``finalize_timeout``; never raises.
 
         Called in the run's scope once the run left the renewals (no renew can
-        cancel that scope any more), so a cancellation of that scope is the
-        bound's. Skipped once the lease was lost (releasing it would be a
-        no-op). A release that fails, or is abandoned at the bound, is a
-        ``LoopWarning``: the lease then frees itself ``lease_ttl`` after its
-        last renew.
+        cancel that scope any more). Skipped once the lease was lost (releasing
+        it would be a no-op). A release that fails, or is abandoned at the
+        bound, is a ``LoopWarning``: the lease then frees itself ``lease_ttl``
+        after its last renew.
         """
         if self._lost:
             return
@@ -79,33 +77,34 @@ class LeaseRelease:
                 scope.shield = False
 
     async def _release_in_task_scope(self) -> None:
-        """Under asyncio the release is tried unshielded, bounded through the run's
-        ``TaskScope``; only a caller's cancellation landing in it costs a shielded scope.
+        """Under asyncio the release is tried unshielded, bounded through a ``TaskScope``
+        of its own; only a caller's cancellation landing in it costs an anyio scope.
 
-        ``release_lease`` is idempotent, so a try the caller's cancellation cut
-        short is made again, shielded and within what is left of the bound; the
-        cancellation is raised after it. A ``CancelledError`` that is the
-        scope's alone is the bound's: the warning, swallowed (the scope undoes
-        its cancellation on exit).
+        A ``CancelledError`` that is the scope's alone is the bound's: the
+        warning. Any other is the caller's (an anyio scope, ``Task.cancel()``):
+        ``release_lease`` is idempotent, so it is made again, shielded and within
+        what is left of the bound, and the cancellation is re-delivered at the
+        caller's next suspension (``redeliver``), as trio's shield would leave
+        it: the run's own outcome (its result, or what it is raising) goes first.
         """
-        scope = cast("TaskScope", self._run_scope)  # a TaskScope, under asyncio
-        now = clock()
-        bound = now() + self._config.finalize_timeout
-        self._renewals.bound(scope, bound)
-        try:
-            await self._release_once()
-        except asyncio.CancelledError:
-            if scope.cancelled_alone():
-                self._abandoned()
-                return
-            self._renewals.unbound(scope)
-            if not scope.cancel_called:
-                await self._release_shielded(bound)
-            else:
-                self._abandoned()
-            raise
-        finally:
-            self._renewals.unbound(scope)
+        bound = clock()() + self._config.finalize_timeout
+        absorbed: asyncio.CancelledError | None = None  # the caller's, re-delivered after
+        with TaskScope() as scope:
+            self._renewals.bound(scope, bound)
+            try:
+                await self._release_once()
+            except asyncio.CancelledError as cancelled:
+                self._renewals.unbound(scope)
+                if not scope.cancelled_alone():
+                    absorbed = cancelled
+                if scope.cancel_called:
+                    self._abandoned()  # the bound passed (the caller's cancel may have come too)
+                else:
+                    await self._release_shielded(bound)
+            finally:
+                self._renewals.unbound(scope)
+        if absorbed is not None:  # after the scope undid its own cancellation
+            redeliver(absorbed)
 
     async def _release_shielded(self, bound: float) -> None:
         """The release again, in an anyio scope shielded from the caller's anyio scopes

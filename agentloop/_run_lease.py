@@ -10,9 +10,8 @@ import random
 from typing import TYPE_CHECKING, cast
 
 import anyio
-import trio
 
-from agentloop._backend import cancel_scope, clock, run_scope
+from agentloop._backend import Scope, cancel_scope, clock
 from agentloop._describe import describe, describe_message
 from agentloop._errors import LeaseLostError, SessionBusyError, StoreError
 from agentloop._lease import Lease, SupportsLease
@@ -28,7 +27,6 @@ if TYPE_CHECKING:
     from agentloop._events import EventHandler
     from agentloop._protocols import SessionStore, StepStore
     from agentloop._run import RunParts
-    from agentloop._task_scope import TaskScope
 
 # The wait for a busy lease polls: first after ~10 ms, doubling up to ~0.5 s, each
 # delay jittered down to half so that workers waiting on one session spread out.
@@ -155,7 +153,7 @@ class LeaseHolder(LeaseRelease):
         session_id: str,
         config: LoopConfig,
         emit: EventHandler | None,
-        scope: trio.CancelScope | TaskScope,
+        scope: Scope,
         renewals: Renewals | TimerRenewals,
     ) -> None:
         self._sessions = sessions
@@ -243,7 +241,7 @@ async def run_leased(
     renewals = current_renewals()
     # One scope is bounded for the first acquire_lease try, then is the run's own (a
     # scope fewer per run); a fresh one only when that bound passed as the store answered.
-    scope = run_scope()
+    scope = cancel_scope()
     holder: LeaseHolder | None = None
     with scope:
         renewals.bound(scope, _first_bound(config, now(), deadline))
@@ -259,7 +257,7 @@ async def run_leased(
     if holder is None and scope.cancelled_caught:
         raise _unanswered(session_id, config)
     if holder is None:
-        scope = run_scope()
+        scope = cancel_scope()
         holder = LeaseHolder(sessions, session_id, config, parts.on_event, scope, renewals)
         with scope:
             if lease is None:

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import time
 import weakref
 from collections.abc import Callable
@@ -45,7 +44,7 @@ import anyio
 import outcome
 import trio
 
-from agentloop._backend import LoopGoneError, LoopHandle, on_trio
+from agentloop._backend import LoopGoneError, LoopHandle, on_trio, redeliver
 from agentloopsql._jobs import AnyWork
 
 ConnT = TypeVar("ConnT")
@@ -152,30 +151,6 @@ async def _until_delivered(job: AsyncioJob[Any]) -> None:
             job.waiter = job.loop.create_future()
             with contextlib.suppress(asyncio.CancelledError):  # re-delivered after
                 await job.waiter
-
-
-def redeliver(cancelled: asyncio.CancelledError) -> None:
-    """Deliver a cancellation the caller absorbed at its next suspension (asyncio only).
-
-    Nothing to do inside a cancelled anyio scope: anyio cancels again by
-    itself. Otherwise the request came from ``Task.cancel()`` or
-    ``asyncio.timeout``: it is re-armed once the caller suspends next (a loop
-    callback), unless by then its owner withdrew it (an ``asyncio.timeout``
-    block that ended at once uncancels) or a newer request already landed.
-    The task's cancel count is left as its sources made it.
-    """
-    if anyio.current_effective_deadline() == -math.inf:
-        return
-    task = asyncio.current_task()
-    assert task is not None
-    message = cancelled.args[0] if cancelled.args else None
-    asyncio.get_running_loop().call_soon(_rearm, task, task.cancelling(), message)
-
-
-def _rearm(task: asyncio.Task[Any], requests: int, message: object) -> None:
-    if requests > 0 and not task.done() and task.cancelling() == requests:
-        task.uncancel()
-        task.cancel(message)
 
 
 async def to_thread_shielded(fn: Callable[..., T], *args: object) -> T:

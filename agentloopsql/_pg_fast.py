@@ -17,7 +17,7 @@ The rules are the worker path's (``_pg_exec``):
   (repeated every ``CANCEL_EVERY`` s) while the caller waits, shielded and
   bounded, for its end: rolled back -> the caller gets its cancellation;
   committed -> it returns normally and the cancellation is delivered after
-  (under asyncio re-armed by ``_park.redeliver``). That connection is then
+  (under asyncio re-armed by ``agentloop._backend.redeliver``). That connection is then
   closed, never reused: a late cancel request must not hit a later statement.
 - **A lost connection** (or a cancelled statement that did not end within
   ``SETTLE_BOUND``): the connection is dropped and the call handed to
@@ -44,9 +44,9 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from agentloop import LeaseLostError
-from agentloop._backend import call_ends
+from agentloop._backend import call_ends, redeliver
 from agentloopsql._jobs import Append, FencedAppend
-from agentloopsql._park import redeliver, to_thread_shielded
+from agentloopsql._park import to_thread_shielded
 from agentloopsql._pg_append import judge_fence, step_params
 from agentloopsql._pg_errors import classify
 from agentloopsql._pg_running import send_cancels

@@ -1,10 +1,13 @@
-"""``TaskScope``: the leased run's scope under asyncio, on asyncio's own cancellation protocol.
+"""``TaskScope``, a cancel scope on asyncio's own protocol (it bounds a leased run's
+release under asyncio).
 
 What it must keep: it catches only its own cancellation (a ``Task.cancel()``
-or an anyio scope cancelling the task as well still propagates), and it
-leaves the task's ``cancelling()`` count as it found it, whatever happened
-inside. The runs at the end check the two places the loop uses it: the bound
-of the first ``acquire_lease`` and a lease lost mid-run.
+or an anyio scope cancelling the task as well still propagates), it leaves the
+task's ``cancelling()`` count as it found it, whatever happened inside, and it
+delivers as anyio does (again while the task stays inside; not to a task about
+to resume with a result). The runs at the end check that a leased run's own
+scope (anyio's) still bounds the first ``acquire_lease`` and stops a run whose
+lease was lost, leaving the task uncancelled.
 """
 
 from __future__ import annotations
@@ -28,8 +31,7 @@ from agentloop import (
     ScriptedModel,
     StoreError,
 )
-from agentloop._backend import run_scope
-from agentloop._task_scope import TaskScope
+from agentloop._asyncio_cancel import TaskScope
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 
@@ -45,10 +47,6 @@ def _task() -> asyncio.Task[object]:
 def _later(fn: Callable[[], object]) -> None:
     """Call ``fn`` from the event loop while the task waits (as the renewal timer does)."""
     asyncio.get_running_loop().call_soon(fn)
-
-
-async def test_run_scope_under_asyncio_is_a_task_scope() -> None:
-    assert isinstance(run_scope(), TaskScope)
 
 
 async def test_its_own_cancel_is_caught_and_undone() -> None:
@@ -105,15 +103,40 @@ async def test_an_inner_anyio_scope_catches_only_its_own() -> None:
     assert _task().cancelling() == 0
 
 
-async def test_a_swallowed_cancel_is_undone_on_the_way_out() -> None:
-    """Delivered once: code that swallows it goes on, and the count is restored."""
+async def test_a_swallowed_cancel_is_delivered_again_at_the_next_await() -> None:
+    """Level-triggered, as anyio's scopes: code inside that swallows the cancellation is
+    cancelled again while it stays inside; the count is restored on the way out."""
+    swallowed = 0
     with TaskScope() as scope:
         _later(scope.cancel)
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.sleep(10)
-        await asyncio.sleep(0)  # no second delivery
+        for _ in range(3):
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(10)
+                raise AssertionError("not cancelled")
+            swallowed += 1
+    assert swallowed == 3
     assert scope.cancel_called
     assert not scope.cancelled_caught
+    assert _task().cancelling() == 0
+
+
+async def test_a_result_ready_as_the_cancel_comes_is_taken_first() -> None:
+    """The awaited future completed in the same loop pass as ``cancel()``: the task gets
+    its result (as anyio would), and the cancellation at its next await."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[str] = loop.create_future()
+    got: list[str] = []
+    with TaskScope() as scope:
+
+        def answer_then_cancel() -> None:
+            future.set_result("answer")
+            scope.cancel()
+
+        _later(answer_then_cancel)
+        got.append(await future)
+        await asyncio.sleep(10)
+    assert got == ["answer"]
+    assert scope.cancelled_caught
     assert _task().cancelling() == 0
 
 
