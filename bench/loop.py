@@ -17,7 +17,8 @@ capability hidden (so the loop writes unfenced and takes no lease), on
 
 Every row runs under trio; the overhead rows, the step row and the in-memory
 lease row are measured under asyncio too (rows marked ``asyncio``), each
-ratio against a floor timed under the same backend.
+ratio against a floor timed under the same backend. Each side's clock starts
+after its setup's garbage was collected (``settle``).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from agentloop import (
     ToolContext,
 )
 from agentloopsql import PostgresStore, SqliteStore
-from bench._report import Row, SpreadRow, best_of
+from bench._report import Row, SpreadRow, best_of, settle
 
 RUNS = 400
 REPEATS = 5
@@ -84,6 +85,7 @@ def _timed(work: Callable[[], Awaitable[None]], backend: str = "trio") -> float:
     """Seconds ``work`` takes inside a fresh run of ``backend`` (setup excluded)."""
 
     async def main() -> float:
+        settle()
         start = time.perf_counter()
         await work()
         return time.perf_counter() - start
@@ -160,6 +162,7 @@ async def _step_seconds(runs: int) -> float:
     """Seconds per step of ``runs`` ten-step runs on a default ``Loop``, each a new session."""
     model = ScriptedModel(_script(runs, LEASE_CALLS))
     loop = Loop(model=model, tools=[TOOL], config=LoopConfig(max_iterations=LEASE_CALLS))
+    settle()
     start = time.perf_counter()
     for run in range(runs):
         await loop.run(f"s{run}", f"question {run}")
@@ -170,6 +173,7 @@ async def _append_seconds(count: int) -> float:
     """Seconds per ``agentloopmem.StepStore.append`` of ``count`` steps to one session."""
     store = agentloopmem.StepStore()
     steps = [RunStep("s", i, StepType.tool_result, "ok") for i in range(count)]
+    settle()
     start = time.perf_counter()
     for step in steps:
         await store.append(step)
@@ -240,6 +244,7 @@ async def _runs_seconds(stores: Stores, prefix: str, runs: int) -> float:
     model = ScriptedModel(_script(runs, LEASE_CALLS))
     config = LoopConfig(max_iterations=LEASE_CALLS)
     loop = Loop(model=model, steps=stores[0], sessions=stores[1], tools=[TOOL], config=config)
+    settle()
     start = time.perf_counter()
     for run in range(runs):
         await loop.run(f"{prefix}-{run}", f"question {run}")

@@ -18,7 +18,7 @@ import trio
 
 from agentloop import RunStep, StepType
 from agentloopmem import SessionStore, StepStore
-from bench._report import Row
+from bench._report import Row, settle
 
 OPS = 20_000
 REPEATS = 5
@@ -83,6 +83,7 @@ class AsyncioFloor(Floor):
 
 
 async def _time(op: Callable[[], Awaitable[object]], ops: int) -> float:
+    settle()
     start = time.perf_counter()
     for _ in range(ops):
         await op()
