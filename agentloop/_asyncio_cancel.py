@@ -14,7 +14,8 @@ cancelled the task meanwhile therefore still propagates. Unlike an anyio
 scope's, its cancellation is not stopped by an anyio shield inside it: it
 is for code the loop itself runs there.
 
-:func:`redeliver` is the one rule for a caller that absorbed a cancellation
+:func:`cancel_pending` is the one test of whether a cancellation is pending for the
+calling task, and :func:`redeliver` the one rule for a caller that absorbed a cancellation
 to finish work that must not be lost, and must not lose the cancellation.
 """
 
@@ -116,6 +117,21 @@ class TaskScope:
         return False
 
 
+def in_cancelled_anyio_scope() -> bool:
+    """Whether an anyio cancel scope around the calling task was cancelled (and no
+    shield stands between): ``current_effective_deadline()`` is then ``-inf``, the
+    walk ``anyio.lowlevel.checkpoint_if_cancelled`` makes, without its coroutines."""
+    return anyio.current_effective_deadline() == -math.inf
+
+
+def cancel_pending() -> bool:
+    """Whether a cancellation is pending for the calling asyncio task: a
+    ``Task.cancel()`` (or an expired ``asyncio.timeout``) not yet undone
+    (``Task.cancelling()``), or a cancelled anyio scope around it."""
+    task = asyncio.current_task()
+    return (task is not None and task.cancelling() > 0) or in_cancelled_anyio_scope()
+
+
 def redeliver(cancelled: asyncio.CancelledError) -> None:
     """Deliver a cancellation the caller absorbed at its next suspension (asyncio only).
 
@@ -126,7 +142,7 @@ def redeliver(cancelled: asyncio.CancelledError) -> None:
     block that ended at once uncancels) or a newer request already landed.
     The task's cancel count is left as its sources made it.
     """
-    if anyio.current_effective_deadline() == -math.inf:
+    if in_cancelled_anyio_scope():
         return
     task = asyncio.current_task()
     assert task is not None

@@ -32,7 +32,7 @@ import anyio
 import sniffio
 import trio
 
-from agentloop._asyncio_cancel import redeliver
+from agentloop._asyncio_cancel import cancel_pending, redeliver
 
 __all__ = [
     "LoopGoneError",
@@ -41,6 +41,7 @@ __all__ = [
     "being_cancelled",
     "call_ends",
     "call_starts",
+    "cancel_pending",
     "cancel_scope",
     "cancelled_error",
     "checkpoint",
@@ -159,15 +160,11 @@ def raise_pending_cancel() -> Awaitable[None]:
     Under asyncio a ``Task.cancel()`` (or an expired ``asyncio.timeout``) not yet
     undone (``Task.cancelling()``) gets a ``sleep(0)``, where it is delivered (a
     schedule point, only then), and so does a cancelled anyio scope around the
-    task (``current_effective_deadline()`` is ``-inf``: what
-    ``anyio.lowlevel.checkpoint_if_cancelled`` checks, without its two coroutines).
+    task (:func:`cancel_pending` tells both).
     """
     if _library.name == "trio":
         return _checkpoint_if_cancelled()
-    task = asyncio.current_task()
-    if (task is not None and task.cancelling()) or (
-        anyio.current_effective_deadline() == -math.inf
-    ):
+    if cancel_pending():
         return asyncio.sleep(0)
     return _DONE
 
@@ -205,12 +202,7 @@ def being_cancelled(exc: BaseException) -> bool:
     """
     if _library.name == "trio":
         return isinstance(exc, trio.Cancelled) or trio.current_effective_deadline() == -math.inf
-    if isinstance(exc, asyncio.CancelledError):
-        return True
-    task = asyncio.current_task()
-    return (task is not None and task.cancelling() > 0) or (
-        anyio.current_effective_deadline() == -math.inf
-    )
+    return isinstance(exc, asyncio.CancelledError) or cancel_pending()
 
 
 async def uncancellable(work: Callable[[], Coroutine[Any, Any, None]]) -> None:

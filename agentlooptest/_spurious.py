@@ -11,11 +11,8 @@ instead, on the clause (or factory, or cleanup) that met it.
 from __future__ import annotations
 
 import asyncio
-import math
 
-import anyio
-
-from agentloop._backend import on_trio
+from agentloop._backend import cancel_pending, on_trio
 
 __all__ = ["SpuriousCancel", "spurious_cancel"]
 
@@ -40,12 +37,8 @@ def spurious_cancel(exc: BaseException) -> SpuriousCancel | None:
             return None
     elif not isinstance(exc, asyncio.CancelledError):
         return None
-    if not on_trio():
-        task = asyncio.current_task()
-        if task is not None and task.cancelling() > 0:
-            return None
-        if anyio.current_effective_deadline() == -math.inf:
-            return None
+    if not on_trio() and cancel_pending():
+        return None
     error = SpuriousCancel(
         "CancelledError raised although nothing cancelled the call (an asyncio store must "
         "raise it only when its caller is cancelled)"
