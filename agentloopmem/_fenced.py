@@ -32,13 +32,16 @@ class FencedSessionStore:
         self._sessions = sessions
         self._lease = lease
         # The session's lease entry, changed in place by every grant and never replaced
-        # while the store is open: a fenced append compares it with the lease's token
-        # and owner inline (the latest grant passes every rule of ``check_fence``, which
-        # judges everything else), a method call less per step of a leased run.
+        # while the store is open: a fenced append compares it with ``lease`` directly
+        # (the latest grant passes every rule of ``check_fence``, which judges the rest).
         self._grant = sessions._leases.latest(lease.session_id)
-        self._leased = lease.session_id
-        self._token = lease.token
-        self._owner = lease.owner
+
+    def _check_fence(self) -> None:
+        """``check_fence`` of the lease, the latest grant passing by two comparisons;
+        call with the session store's lock held."""
+        grant, lease = self._grant, self._lease
+        if grant is None or grant.token != lease.token or grant.owner != lease.owner:
+            self._sessions._leases.check_fence(lease)
 
     @property
     def lease(self) -> Lease:
@@ -160,7 +163,7 @@ class FencedStore(FencedSessionStore):
         """
         if not isinstance(step, RunStep):
             raise TypeError(f"step must be a RunStep, got {preview(step)}")
-        if step.session_id != self._leased:
+        if step.session_id != self._lease.session_id:
             await self._steps.append(step)
             return
         sessions, steps = self._sessions, self._steps
@@ -169,9 +172,7 @@ class FencedStore(FencedSessionStore):
         with sessions._lock:
             if sessions._closed:
                 sessions._check_open()
-            grant = self._grant
-            if grant is None or grant.token != self._token or grant.owner != self._owner:
-                sessions._leases.check_fence(self._lease)
+            self._check_fence()
             with steps._lock:
                 if steps._closed:
                     steps._check_open()
@@ -198,7 +199,7 @@ class FencedStore(FencedSessionStore):
         **Cancellation**: a cancelled call appends nothing.
         """
         batch = check_steps(steps)
-        leased = self._leased
+        leased = self._lease.session_id
         for step in batch:  # a plain loop: a generator per batch costs more than the test
             if step.session_id == leased:
                 break
@@ -210,9 +211,7 @@ class FencedStore(FencedSessionStore):
         with sessions._lock:
             if sessions._closed:
                 sessions._check_open()
-            grant = self._grant
-            if grant is None or grant.token != self._token or grant.owner != self._owner:
-                sessions._leases.check_fence(self._lease)
+            self._check_fence()
             with steps_store._lock:
                 if steps_store._closed:
                     steps_store._check_open()
