@@ -94,7 +94,7 @@ class LeaseRelease:
             try:
                 await self._release_once()
             except asyncio.CancelledError as cancelled:
-                self._renewals.unbound(scope)
+                self._renewals.unbound(scope)  # now: it must not cut the shielded retry
                 if not scope.cancelled_alone():
                     absorbed = cancelled
                 if scope.cancel_called:
