@@ -71,12 +71,17 @@ class TaskScope:
     def cancelled_alone(self) -> bool:
         """Inside the scope: whether its cancellation was delivered and the task has no
         other one pending (a ``CancelledError`` caught now is this scope's own)."""
+        return self._delivered > 0 and not self._others_requested()
+
+    def others_pending(self) -> bool:
+        """Inside the scope: whether a cancellation other than this scope's is pending
+        for the task: a ``Task.cancel()`` (or ``asyncio.timeout``) made since entry, or
+        a cancelled anyio scope around it."""
+        return self._others_requested() or in_cancelled_anyio_scope()
+
+    def _others_requested(self) -> bool:
         task = self._task
-        return (
-            self._delivered > 0
-            and task is not None
-            and task.cancelling() <= self._cancelling + self._delivered
-        )
+        return task is not None and task.cancelling() > self._cancelling + self._delivered
 
     def _deliver(self) -> None:
         """Cancel the task, then again on each loop pass until it leaves the scope.

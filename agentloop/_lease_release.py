@@ -68,7 +68,7 @@ class LeaseRelease:
         scope.shield = True
         self._renewals.bound(scope, clock()() + self._config.finalize_timeout)
         try:
-            await self._release_once()
+            self._report(await self._release_once())
         except trio.Cancelled:
             self._abandoned()
         finally:
@@ -81,7 +81,9 @@ class LeaseRelease:
         of its own; only a caller's cancellation landing in it costs an anyio scope.
 
         A ``CancelledError`` that is the scope's alone is the bound's: the
-        warning. Any other is the caller's (an anyio scope, ``Task.cancel()``):
+        warning. Any other is the caller's (an anyio scope, ``Task.cancel()``),
+        and so is a store error raised while the caller's cancellation is
+        pending (a store may turn a cancellation into its own error):
         ``release_lease`` is idempotent, so it is made again, shielded and within
         what is left of the bound, and the cancellation is re-delivered at the
         caller's next suspension (``redeliver``), as trio's shield would leave
@@ -89,40 +91,64 @@ class LeaseRelease:
         """
         bound = clock()() + self._config.finalize_timeout
         absorbed: asyncio.CancelledError | None = None  # the caller's, re-delivered after
+        failure: BaseException | None
         with TaskScope() as scope:
             self._renewals.bound(scope, bound)
             try:
-                await self._release_once()
+                failure = await self._release_once()
+                if failure is not None and scope.others_pending():
+                    absorbed = asyncio.CancelledError()  # the store took it as an error
             except asyncio.CancelledError as cancelled:
-                self._renewals.unbound(scope)  # now: it must not cut the shielded retry
+                failure = cancelled
                 if not scope.cancelled_alone():
                     absorbed = cancelled
-                if scope.cancel_called:
-                    self._abandoned()  # the bound passed (the caller's cancel may have come too)
-                else:
-                    await self._release_shielded(bound)
             finally:
-                self._renewals.unbound(scope)
+                self._renewals.unbound(scope)  # now: it must not cut the shielded retry
+            if not scope.cancel_called and absorbed is not None:
+                absorbed = await self._release_shielded(bound) or absorbed
+            elif isinstance(failure, asyncio.CancelledError):
+                self._abandoned()  # the bound passed (the caller's cancel may have come too)
+            elif failure is not None:
+                self._report(failure)
         if absorbed is not None:  # after the scope undid its own cancellation
             redeliver(absorbed)
 
-    async def _release_shielded(self, bound: float) -> None:
+    async def _release_shielded(self, bound: float) -> asyncio.CancelledError | None:
         """The release again, in an anyio scope shielded from the caller's anyio scopes
-        and bounded at ``bound`` (by the renewals)."""
-        with cancel_scope(shield=True) as scope:
-            self._renewals.bound(scope, bound)
-            try:
-                await self._release_once()
-            finally:
-                self._renewals.unbound(scope)
+        and bounded at ``bound`` (by the renewals).
+
+        Returns the ``Task.cancel()`` (or ``asyncio.timeout``) that cut it, which
+        an anyio shield does not stop: the release is abandoned, and the caller
+        re-delivers that cancellation as it does the first.
+        """
+        try:
+            with cancel_scope(shield=True) as scope:
+                self._renewals.bound(scope, bound)
+                try:
+                    failure = await self._release_once()
+                finally:
+                    self._renewals.unbound(scope)
+        except asyncio.CancelledError as cancelled:  # not the scope's own: it caught those
+            self._abandoned()
+            return cancelled
         if scope.cancelled_caught:
             self._abandoned()
+        else:
+            self._report(failure)
+        return None
 
-    async def _release_once(self) -> None:
+    async def _release_once(self) -> Exception | None:
+        """``release_lease``; what it raised (an ``Exception``: the caller reports it)."""
         try:
             await self._sessions.release_lease(self._lease)
         except Exception as exc:
-            self._warn(f"release_lease failed; the lease expires on its own: {describe(exc)}")
+            return exc
+        return None
+
+    def _report(self, failure: BaseException | None) -> None:
+        """The warning for a release that raised ``failure``; nothing for ``None``."""
+        if failure is not None:
+            self._warn(f"release_lease failed; the lease expires on its own: {describe(failure)}")
 
     def _abandoned(self) -> None:
         self._warn(

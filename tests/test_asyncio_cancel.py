@@ -162,6 +162,29 @@ async def test_cancel_after_leaving_touches_the_task_no_more() -> None:
     await asyncio.sleep(0)  # nothing is delivered here
 
 
+async def test_others_pending_tells_its_own_cancel_from_the_callers() -> None:
+    with TaskScope() as scope:
+        scope.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(10)
+        assert scope.cancelled_alone()
+        assert not scope.others_pending()
+        _task().cancel()
+        assert scope.others_pending()
+        assert not scope.cancelled_alone()
+        _task().uncancel()
+    assert _task().cancelling() == 0
+
+
+async def test_others_pending_sees_a_cancelled_anyio_scope() -> None:
+    with anyio.CancelScope() as outer, TaskScope() as scope:
+        assert not scope.others_pending()
+        outer.cancel()
+        assert scope.others_pending()
+        await anyio.sleep(10)
+    assert outer.cancelled_caught
+
+
 async def test_a_scope_is_entered_once() -> None:
     scope = TaskScope()
     with scope:

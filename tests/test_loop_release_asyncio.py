@@ -185,3 +185,151 @@ async def test_a_hanging_release_of_a_completed_run_is_abandoned_at_the_bound(
     assert BOUND <= anyio.current_time() - start < BOUND + 1
     assert _warnings(events) == [ABANDONED]
     assert _cancelling() == 0
+
+
+class EveryReleaseWaits(agentloopmem.SessionStore):
+    """Each ``release_lease`` signals ``waiting`` (then cleared by the test) and hangs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = asyncio.Event()
+        self.calls = 0
+
+    async def release_lease(self, lease: Lease) -> None:
+        self.calls += 1
+        self.waiting.set()
+        await asyncio.sleep(3600)
+
+
+async def _when_waiting(sessions: EveryReleaseWaits) -> None:
+    with anyio.fail_after(10):
+        await sessions.waiting.wait()
+    sessions.waiting.clear()
+
+
+async def test_a_task_cancel_cutting_the_second_try_abandons_it_and_keeps_the_result() -> None:
+    """A ``Task.cancel()`` cuts the first try, another the shielded second (an anyio
+    shield does not stop it): the release is abandoned with the warning, the completed
+    run still returns its result, and the cancellation lands at the next suspension."""
+    events = EventCollector()
+    sessions = EveryReleaseWaits()
+    loop = _loop(ScriptedModel(["ok"]), sessions, events)
+    results: list[RunStatus] = []
+
+    async def run_then_wait() -> None:
+        results.append((await loop.run("s", "hi")).status)
+        await asyncio.sleep(3600)
+
+    task = asyncio.get_running_loop().create_task(run_then_wait())
+    for _ in range(2):
+        await _when_waiting(sessions)
+        task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=5)
+    assert done == {task}
+    assert task.cancelled()
+    assert results == [RunStatus.completed]
+    assert sessions.calls == 2
+    assert _warnings(events) == [ABANDONED]
+
+
+class ModelFails:
+    async def complete(self, request: object) -> object:
+        raise RuntimeError("model failed")
+
+
+async def test_a_timeout_cutting_the_second_try_leaves_the_runs_own_error() -> None:
+    """The caller's scope cuts the first try, an ``asyncio.timeout`` the second: the run's
+    own exception propagates (not the timeout's), after the warning."""
+    events = EventCollector()
+    sessions = EveryReleaseWaits()
+    loop = _loop(ModelFails(), sessions, events)
+
+    async def run() -> None:
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+
+                async def cancel_when_waiting() -> None:
+                    await _when_waiting(sessions)
+                    scope.cancel()
+
+                tg.start_soon(cancel_when_waiting)
+                async with asyncio.timeout(None) as timeout:
+
+                    async def expire_when_waiting() -> None:
+                        await _when_waiting(sessions)
+                        timeout.reschedule(asyncio.get_running_loop().time())
+
+                    tg.start_soon(expire_when_waiting)
+                    await loop.run("s", "hi")
+
+    with anyio.fail_after(10), pytest.raises(ExceptionGroup) as raised:
+        await run()
+    assert raised.group_contains(RuntimeError, match="model failed")
+    assert not raised.group_contains(TimeoutError)
+    assert sessions.calls == 2
+    assert _warnings(events) == [ABANDONED]
+    assert _cancelling() == 0
+
+
+class CancelBecomesError(agentloopmem.SessionStore):
+    """``release_lease`` turns its cancellation into an ``OSError``, as some drivers
+    report a cancelled call ("connection closed"); a later call releases."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = asyncio.Event()
+        self.calls = 0
+
+    async def release_lease(self, lease: Lease) -> None:
+        self.calls += 1
+        if self.calls == 1:
+            self.waiting.set()
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                raise OSError("connection closed") from None
+        await super().release_lease(lease)
+
+
+async def test_a_task_cancel_the_store_reports_as_an_error_is_released_and_redelivered() -> None:
+    events = EventCollector()
+    sessions = CancelBecomesError()
+    loop = _loop(ScriptedModel(["ok"]), sessions, events)
+    results: list[RunStatus] = []
+
+    async def run_then_wait() -> None:
+        results.append((await loop.run("s", "hi")).status)
+        await asyncio.sleep(3600)
+
+    task = asyncio.get_running_loop().create_task(run_then_wait())
+    with anyio.fail_after(10):
+        await sessions.waiting.wait()
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=5)
+    assert done == {task}
+    assert task.cancelled()  # not lost in the store's error
+    assert results == [RunStatus.completed]
+    assert sessions.calls == 2
+    assert await _free(sessions)
+    assert _warnings(events) == []
+
+
+async def test_a_scope_cancel_the_store_reports_as_an_error_is_released() -> None:
+    events = EventCollector()
+    sessions = CancelBecomesError()
+    loop = _loop(ScriptedModel(["ok"]), sessions, events)
+    with anyio.fail_after(10), anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+
+            async def cancel_when_waiting() -> None:
+                await sessions.waiting.wait()
+                scope.cancel()
+
+            tg.start_soon(cancel_when_waiting)
+            await loop.run("s", "hi")
+            await anyio.sleep(3600)
+    assert scope.cancelled_caught
+    assert sessions.calls == 2
+    assert await _free(sessions)
+    assert _warnings(events) == []
+    assert _cancelling() == 0
