@@ -38,12 +38,21 @@ class TaskScope:
     is left as the scope found it, whatever happened inside.
     """
 
-    __slots__ = ("_cancelling", "_delivered", "_left", "_task", "cancel_called", "cancelled_caught")
+    __slots__ = (
+        "_cancelling",
+        "_delivered",
+        "_left",
+        "_task",
+        "_undelivered",
+        "cancel_called",
+        "cancelled_caught",
+    )
 
     def __init__(self) -> None:
         self._task: asyncio.Task[Any] | None = None
         self._cancelling = 0
         self._delivered = 0  # Task.cancel() calls made for this scope, undone on exit
+        self._undelivered = False  # a Task.cancel() was pending at entry, not yet delivered
         self._left = False
         self.cancel_called = False
         self.cancelled_caught = False
@@ -56,6 +65,8 @@ class TaskScope:
             raise RuntimeError("a TaskScope can be entered only once")
         self._task = task
         self._cancelling = task.cancelling()
+        # A running task holds a request not yet delivered here (anyio reads it too).
+        self._undelivered = bool(getattr(task, "_must_cancel", False))
         if self.cancel_called:
             self._deliver()
         return self
@@ -75,9 +86,9 @@ class TaskScope:
 
     def others_pending(self) -> bool:
         """Inside the scope: whether a cancellation other than this scope's is pending
-        for the task: a ``Task.cancel()`` (or ``asyncio.timeout``) made since entry, or
-        a cancelled anyio scope around it."""
-        return self._others_requested() or in_cancelled_anyio_scope()
+        for the task: a ``Task.cancel()`` (or ``asyncio.timeout``) made since entry or
+        not yet delivered at entry, or a cancelled anyio scope around it."""
+        return self._others_requested() or self._undelivered or in_cancelled_anyio_scope()
 
     def _others_requested(self) -> bool:
         task = self._task

@@ -129,7 +129,10 @@ class LeaseRelease:
                 finally:
                     self._renewals.unbound(scope)
         except asyncio.CancelledError as cancelled:  # not the scope's own: it caught those
-            self._abandoned()
+            self._warn(
+                "release_lease abandoned: cancelled again during its second try; "
+                "the lease expires on its own"
+            )
             return cancelled
         if scope.cancelled_caught:
             self._abandoned()

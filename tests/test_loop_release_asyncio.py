@@ -18,13 +18,26 @@ import pytest
 from _loop_helpers import SlowModel
 
 import agentloopmem
-from agentloop import EventCollector, Lease, Loop, LoopConfig, LoopWarning, RunStatus, ScriptedModel
+from agentloop import (
+    Event,
+    EventCollector,
+    Finalized,
+    Lease,
+    Loop,
+    LoopConfig,
+    LoopWarning,
+    RunStatus,
+    ScriptedModel,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 
 BOUND = 0.2  # finalize_timeout, seconds
 ABANDONED = (
     f"release_lease abandoned after {BOUND}s (finalize_timeout); the lease expires on its own"
+)
+CUT_AGAIN = (
+    "release_lease abandoned: cancelled again during its second try; the lease expires on its own"
 )
 
 
@@ -209,7 +222,7 @@ async def _when_waiting(sessions: EveryReleaseWaits) -> None:
 
 async def test_a_task_cancel_cutting_the_second_try_abandons_it_and_keeps_the_result() -> None:
     """A ``Task.cancel()`` cuts the first try, another the shielded second (an anyio
-    shield does not stop it): the release is abandoned with the warning, the completed
+    shield does not stop it): the release is abandoned with a warning, the completed
     run still returns its result, and the cancellation lands at the next suspension."""
     events = EventCollector()
     sessions = EveryReleaseWaits()
@@ -229,7 +242,7 @@ async def test_a_task_cancel_cutting_the_second_try_abandons_it_and_keeps_the_re
     assert task.cancelled()
     assert results == [RunStatus.completed]
     assert sessions.calls == 2
-    assert _warnings(events) == [ABANDONED]
+    assert _warnings(events) == [CUT_AGAIN]
 
 
 class ModelFails:
@@ -267,7 +280,7 @@ async def test_a_timeout_cutting_the_second_try_leaves_the_runs_own_error() -> N
     assert raised.group_contains(RuntimeError, match="model failed")
     assert not raised.group_contains(TimeoutError)
     assert sessions.calls == 2
-    assert _warnings(events) == [ABANDONED]
+    assert _warnings(events) == [CUT_AGAIN]
     assert _cancelling() == 0
 
 
@@ -333,3 +346,35 @@ async def test_a_scope_cancel_the_store_reports_as_an_error_is_released() -> Non
     assert await _free(sessions)
     assert _warnings(events) == []
     assert _cancelling() == 0
+
+
+class CancelOnFinalized(EventCollector):
+    """Collects events, and cancels the run's own task as it reports ``Finalized``: a
+    ``Task.cancel()`` made before the release, delivered inside it."""
+
+    def __call__(self, event: Event) -> None:
+        super().__call__(event)
+        if isinstance(event, Finalized):
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+
+
+async def test_a_cancel_pending_as_the_release_starts_survives_the_stores_error() -> None:
+    events = CancelOnFinalized()
+    sessions = CancelBecomesError()
+    loop = _loop(ScriptedModel(["ok"]), sessions, events)
+    results: list[RunStatus] = []
+
+    async def run_then_wait() -> None:
+        results.append((await loop.run("s", "hi")).status)
+        await asyncio.sleep(3600)
+
+    task = asyncio.get_running_loop().create_task(run_then_wait())
+    done, _ = await asyncio.wait({task}, timeout=5)
+    assert done == {task}
+    assert task.cancelled()
+    assert results == [RunStatus.completed]
+    assert sessions.calls == 2
+    assert await _free(sessions)
+    assert _warnings(events) == []
