@@ -65,8 +65,22 @@ class FirstReleaseWaits(agentloopmem.SessionStore):
         self.calls += 1
         if self.calls == 1:
             self.waiting.set()
-            await asyncio.sleep(3600)
+            await self.wait()
         await super().release_lease(lease)
+
+    async def wait(self) -> None:
+        await asyncio.sleep(3600)
+
+
+class CancelBecomesError(FirstReleaseWaits):
+    """The first ``release_lease`` turns its cancellation into an ``OSError``, as some
+    drivers report a cancelled call ("connection closed"); a later call releases."""
+
+    async def wait(self) -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            raise OSError("connection closed") from None
 
 
 def _loop(model: object, sessions: agentloopmem.SessionStore, events: EventCollector) -> Loop:
@@ -86,6 +100,23 @@ def _cancelling() -> int:
 
 async def _free(sessions: agentloopmem.SessionStore) -> bool:
     return await agentloopmem.SessionStore.acquire_lease(sessions, "s", "next", 10) is not None
+
+
+def _run_then_wait(loop: Loop, results: list[RunStatus]) -> asyncio.Task[None]:
+    """A task that runs ``loop`` on session ``s``, keeps the status, then waits: a
+    cancellation re-delivered after the run lands in that wait."""
+
+    async def run_then_wait() -> None:
+        results.append((await loop.run("s", "hi")).status)
+        await asyncio.sleep(3600)
+
+    return asyncio.get_running_loop().create_task(run_then_wait())
+
+
+async def _ends_cancelled(task: asyncio.Task[None]) -> None:
+    done, _ = await asyncio.wait({task}, timeout=5)  # not cancelled from outside meanwhile
+    assert done == {task}
+    assert task.cancelled()
 
 
 async def test_a_hanging_release_of_a_run_cancelled_by_a_scope_lets_it_through() -> None:
@@ -122,12 +153,16 @@ async def test_a_failing_release_is_a_warning() -> None:
     ]
 
 
-async def test_a_release_cut_short_by_the_callers_scope_is_made_again_shielded() -> None:
+@pytest.mark.parametrize("store", [FirstReleaseWaits, CancelBecomesError])
+async def test_a_release_cut_short_by_the_callers_scope_is_made_again_shielded(
+    store: type[FirstReleaseWaits],
+) -> None:
     """The scope is cancelled while the first release waits: a second, shielded release
     frees the lease, the completed run returns its result, and the cancellation reaches
-    the scope at the caller's next checkpoint."""
+    the scope at the caller's next checkpoint. Also when the store reports its
+    cancellation as an error of its own."""
     events = EventCollector()
-    sessions = FirstReleaseWaits()
+    sessions = store()
     loop = _loop(ScriptedModel(["ok"]), sessions, events)
     results: list[RunStatus] = []
     with anyio.fail_after(10), anyio.CancelScope() as scope:
@@ -148,25 +183,23 @@ async def test_a_release_cut_short_by_the_callers_scope_is_made_again_shielded()
     assert _cancelling() == 0
 
 
-async def test_a_release_cut_short_by_task_cancel_is_made_again_then_redelivered() -> None:
+@pytest.mark.parametrize("store", [FirstReleaseWaits, CancelBecomesError])
+async def test_a_release_cut_short_by_task_cancel_is_made_again_then_redelivered(
+    store: type[FirstReleaseWaits],
+) -> None:
     """``Task.cancel()`` while the first release waits: the lease is freed, the run's result
-    returned, and the cancellation lands at the task's next suspension."""
+    returned, and the cancellation lands at the task's next suspension (not lost when
+    the store reports it as an error of its own)."""
     events = EventCollector()
-    sessions = FirstReleaseWaits()
+    sessions = store()
     loop = _loop(ScriptedModel(["ok"]), sessions, events)
     results: list[RunStatus] = []
 
-    async def run_then_wait() -> None:
-        results.append((await loop.run("s", "hi")).status)
-        await asyncio.sleep(3600)
-
-    task = asyncio.get_running_loop().create_task(run_then_wait())
+    task = _run_then_wait(loop, results)
     with anyio.fail_after(10):
         await sessions.waiting.wait()
     task.cancel()
-    done, _ = await asyncio.wait({task}, timeout=5)  # not cancelled from outside meanwhile
-    assert done == {task}
-    assert task.cancelled()
+    await _ends_cancelled(task)
     assert results == [RunStatus.completed]
     assert sessions.calls == 2
     assert await _free(sessions)
@@ -200,18 +233,13 @@ async def test_a_hanging_release_of_a_completed_run_is_abandoned_at_the_bound(
     assert _cancelling() == 0
 
 
-class EveryReleaseWaits(agentloopmem.SessionStore):
+class EveryReleaseWaits(FirstReleaseWaits):
     """Each ``release_lease`` signals ``waiting`` (then cleared by the test) and hangs."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.waiting = asyncio.Event()
-        self.calls = 0
 
     async def release_lease(self, lease: Lease) -> None:
         self.calls += 1
         self.waiting.set()
-        await asyncio.sleep(3600)
+        await self.wait()
 
 
 async def _when_waiting(sessions: EveryReleaseWaits) -> None:
@@ -229,17 +257,11 @@ async def test_a_task_cancel_cutting_the_second_try_abandons_it_and_keeps_the_re
     loop = _loop(ScriptedModel(["ok"]), sessions, events)
     results: list[RunStatus] = []
 
-    async def run_then_wait() -> None:
-        results.append((await loop.run("s", "hi")).status)
-        await asyncio.sleep(3600)
-
-    task = asyncio.get_running_loop().create_task(run_then_wait())
+    task = _run_then_wait(loop, results)
     for _ in range(2):
         await _when_waiting(sessions)
         task.cancel()
-    done, _ = await asyncio.wait({task}, timeout=5)
-    assert done == {task}
-    assert task.cancelled()
+    await _ends_cancelled(task)
     assert results == [RunStatus.completed]
     assert sessions.calls == 2
     assert _warnings(events) == [CUT_AGAIN]
@@ -284,70 +306,6 @@ async def test_a_timeout_cutting_the_second_try_leaves_the_runs_own_error() -> N
     assert _cancelling() == 0
 
 
-class CancelBecomesError(agentloopmem.SessionStore):
-    """``release_lease`` turns its cancellation into an ``OSError``, as some drivers
-    report a cancelled call ("connection closed"); a later call releases."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.waiting = asyncio.Event()
-        self.calls = 0
-
-    async def release_lease(self, lease: Lease) -> None:
-        self.calls += 1
-        if self.calls == 1:
-            self.waiting.set()
-            try:
-                await asyncio.sleep(3600)
-            except asyncio.CancelledError:
-                raise OSError("connection closed") from None
-        await super().release_lease(lease)
-
-
-async def test_a_task_cancel_the_store_reports_as_an_error_is_released_and_redelivered() -> None:
-    events = EventCollector()
-    sessions = CancelBecomesError()
-    loop = _loop(ScriptedModel(["ok"]), sessions, events)
-    results: list[RunStatus] = []
-
-    async def run_then_wait() -> None:
-        results.append((await loop.run("s", "hi")).status)
-        await asyncio.sleep(3600)
-
-    task = asyncio.get_running_loop().create_task(run_then_wait())
-    with anyio.fail_after(10):
-        await sessions.waiting.wait()
-    task.cancel()
-    done, _ = await asyncio.wait({task}, timeout=5)
-    assert done == {task}
-    assert task.cancelled()  # not lost in the store's error
-    assert results == [RunStatus.completed]
-    assert sessions.calls == 2
-    assert await _free(sessions)
-    assert _warnings(events) == []
-
-
-async def test_a_scope_cancel_the_store_reports_as_an_error_is_released() -> None:
-    events = EventCollector()
-    sessions = CancelBecomesError()
-    loop = _loop(ScriptedModel(["ok"]), sessions, events)
-    with anyio.fail_after(10), anyio.CancelScope() as scope:
-        async with anyio.create_task_group() as tg:
-
-            async def cancel_when_waiting() -> None:
-                await sessions.waiting.wait()
-                scope.cancel()
-
-            tg.start_soon(cancel_when_waiting)
-            await loop.run("s", "hi")
-            await anyio.sleep(3600)
-    assert scope.cancelled_caught
-    assert sessions.calls == 2
-    assert await _free(sessions)
-    assert _warnings(events) == []
-    assert _cancelling() == 0
-
-
 class CancelOnFinalized(EventCollector):
     """Collects events, and cancels the run's own task as it reports ``Finalized``: a
     ``Task.cancel()`` made before the release, delivered inside it."""
@@ -366,14 +324,8 @@ async def test_a_cancel_pending_as_the_release_starts_survives_the_stores_error(
     loop = _loop(ScriptedModel(["ok"]), sessions, events)
     results: list[RunStatus] = []
 
-    async def run_then_wait() -> None:
-        results.append((await loop.run("s", "hi")).status)
-        await asyncio.sleep(3600)
-
-    task = asyncio.get_running_loop().create_task(run_then_wait())
-    done, _ = await asyncio.wait({task}, timeout=5)
-    assert done == {task}
-    assert task.cancelled()
+    task = _run_then_wait(loop, results)
+    await _ends_cancelled(task)
     assert results == [RunStatus.completed]
     assert sessions.calls == 2
     assert await _free(sessions)
