@@ -1,7 +1,10 @@
-"""The end of a leased run: its lease released, shielded from the caller's cancellation
-and bounded by ``finalize_timeout``, inside the run's own scope.
+"""The end of a leased run: its lease released, bounded by ``finalize_timeout``, and
+never lost to the caller's cancellation.
 
-See "The loop and session leases" in ``docs/decisions.md``.
+Under trio the run's own scope, shielded, holds the release. Under asyncio it
+is tried unshielded in a ``TaskScope`` and, when the caller's cancellation cuts
+it short, made again in a shielded anyio scope. See "The loop and session
+leases" and "Round four" in ``docs/decisions.md``.
 """
 
 from __future__ import annotations
