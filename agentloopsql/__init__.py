@@ -1,7 +1,7 @@
 """agentloopsql: durable stores on SQLite and PostgreSQL.
 
 ``SqliteStore`` (stdlib ``sqlite3``, no server) and ``PostgresStore``
-(``psycopg`` 3, installed by the ``agentloop[postgres]`` extra) each
+(``psycopg`` 3, installed by the ``agentloop-seam[postgres]`` extra) each
 implement ``StepStore``, ``SessionStore`` and every optional capability in
 one object. Every write is committed when it returns; each class docstring
 says what that survives. Both grant session leases across processes, and

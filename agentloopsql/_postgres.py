@@ -38,7 +38,7 @@ def _task_id() -> int:
     return id(trio.lowlevel.current_task()) if on_trio() else 0
 
 
-_MISSING = "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'agentloop[postgres]'"
+_MISSING = "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'agentloop-seam[postgres]'"
 
 
 def _import_driver() -> None:
@@ -210,7 +210,7 @@ class PostgresStore(SqlStoreBase["Conn"]):
         bound, naming the reason. It checks the schema read-only, then migrates it.
 
         Raises:
-            ImportError: psycopg is not installed (``pip install 'agentloop[postgres]'``).
+            ImportError: psycopg is not installed (``pip install 'agentloop-seam[postgres]'``).
             TypeError, ValueError: a bad ``dsn``, ``schema`` (or a PostgreSQL system
                 schema), ``pool_size``, ``pool_timeout`` or ``statement_timeout``.
             StoreError: a refusal retrying cannot fix: a missing database or role,

@@ -8,7 +8,7 @@ Certify from the command line::
     agentlooptest certify agentloopsql.testing:sqlite
     AGENTLOOP_PG_DSN=postgresql://user@host/db agentlooptest certify agentloopsql.testing:postgres
 
-Needs the ``contract`` extra (``pip install 'agentloop[contract]'``), and
+Needs the ``contract`` extra (``pip install 'agentloop-seam[contract]'``), and
 ``postgres`` the ``postgres`` one. ``postgres()`` puts each store in a new
 schema named ``agentloop_test_...``; its harness's ``cleanup`` drops the
 schemas its stores made after each clause, and whatever is left is dropped

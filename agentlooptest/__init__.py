@@ -13,7 +13,7 @@ classes with their ``backend`` class attribute.
 
 ``certify()`` and the CLI never import pytest: the two base classes are
 loaded on first use (``from agentlooptest import StepStoreContract`` works as
-usual). Needs the ``contract`` extra: ``pip install 'agentloop[contract]'``.
+usual). Needs the ``contract`` extra: ``pip install 'agentloop-seam[contract]'``.
 """
 
 from __future__ import annotations

@@ -22,5 +22,5 @@ def require() -> None:
     if absent:
         raise ImportError(
             f"agentlooptest needs {', '.join(absent)}: "
-            "install it with pip install 'agentloop[contract]'"
+            "install it with pip install 'agentloop-seam[contract]'"
         )

@@ -157,7 +157,7 @@ _BLOCK = (
 
 
 def test_importing_without_the_extra_fails_in_one_line() -> None:
-    """Without pytest/hypothesis, importing agentlooptest fails naming agentloop[contract]."""
+    """Without pytest/hypothesis, importing agentlooptest fails naming agentloop-seam[contract]."""
     code = _BLOCK + (
         "try:\n"
         "    import agentlooptest\n"
@@ -168,7 +168,7 @@ def test_importing_without_the_extra_fails_in_one_line() -> None:
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     [line] = run.stdout.splitlines()
-    assert "pip install 'agentloop[contract]'" in line
+    assert "pip install 'agentloop-seam[contract]'" in line
     assert "pytest" in line
     assert "hypothesis" in line
 

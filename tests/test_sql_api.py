@@ -34,7 +34,7 @@ def test_import_without_psycopg() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out == (
-        "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'agentloop[postgres]'\n"
+        "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'agentloop-seam[postgres]'\n"
     )
 
 
