@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from agentloop import StoreClosedError
-from agentloop._backend import call_ends, call_starts
+from agentloop._shared import call_ends, call_starts
 
 
 class MemoryStoreBase:

@@ -7,8 +7,9 @@ from datetime import datetime, timedelta
 import attrs
 
 from agentloop import Lease, validate_session_id
-from agentloop._backend import call_ends, call_starts
-from agentloop._validate import (
+from agentloop._shared import (
+    call_ends,
+    call_starts,
     check_fence,
     check_granted,
     check_renewable,

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from agentloop import Lease, RevisionConflictError, validate_session_id
-from agentloop._backend import call_ends, call_starts
-from agentloop._validate import check_revision, preview
+from agentloop._shared import call_ends, call_starts, check_revision, preview
 from agentloopmem._lease import LeaseMethods
 
 

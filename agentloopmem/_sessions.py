@@ -19,8 +19,7 @@ from agentloop import (
     validate_n,
     validate_session_id,
 )
-from agentloop._backend import call_ends, call_starts
-from agentloop._validate import check_session_ids, preview, trusted_builder
+from agentloop._shared import call_ends, call_starts, check_session_ids, preview, trusted_builder
 from agentloopmem._fenced import FencedSessionStore, FencedStore
 from agentloopmem._revisions import RevisionMethods
 from agentloopmem._steps import StepStore

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agentloop import RunStep, validate_n, validate_session_id
-from agentloop._backend import call_ends, call_starts
-from agentloop._validate import check_steps, preview
+from agentloop._shared import call_ends, call_starts, check_steps, preview
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -19,7 +19,7 @@ from agentloop import (
     validate_n,
     validate_session_id,
 )
-from agentloop._validate import preview
+from agentloop._shared import preview
 from agentloopsql._batches import BatchMethods
 from agentloopsql._fenced import FencedSqlStore
 from agentloopsql._jobs import (

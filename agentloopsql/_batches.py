@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 import anyio
 
 from agentloop import RevisionConflictError, Session, validate_session_id
-from agentloop._validate import check_revision, check_session_ids, check_steps, preview
+from agentloop._shared import check_revision, check_session_ids, check_steps, preview
 from agentloopsql._jobs import Append, AppendRow, FencedAppend, IdempotentWrite, Read
 from agentloopsql._leases import LeaseMethods
 from agentloopsql._ops import new_key

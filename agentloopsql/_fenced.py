@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from agentloop._validate import check_steps
+from agentloop._shared import check_steps
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

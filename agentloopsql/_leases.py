@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from agentloop import Lease, StoreClosedError, validate_session_id
-from agentloop._validate import check_seconds, preview, validate_owner
+from agentloop._shared import check_seconds, preview, validate_owner
 from agentloopsql._jobs import IdempotentWrite
 from agentloopsql._worker import Workers
 

@@ -44,7 +44,8 @@ import anyio
 import outcome
 import trio
 
-from agentloop._backend import LoopGoneError, LoopHandle, on_trio, redeliver
+from agentloop._backend import LoopGoneError, LoopHandle, redeliver
+from agentloop._shared import on_trio
 from agentloopsql._jobs import AnyWork
 
 ConnT = TypeVar("ConnT")

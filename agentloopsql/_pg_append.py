@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from agentloop import Lease, RunStep
-from agentloop._validate import check_fence
+from agentloop._shared import check_fence
 from agentloopsql import _codec
 from agentloopsql._leases import Held
 

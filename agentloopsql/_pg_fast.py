@@ -44,7 +44,8 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from agentloop import LeaseLostError
-from agentloop._backend import call_ends, redeliver
+from agentloop._backend import redeliver
+from agentloop._shared import call_ends
 from agentloopsql._jobs import Append, FencedAppend
 from agentloopsql._park import to_thread_shielded
 from agentloopsql._pg_append import judge_fence, step_params

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentloop import FinalizeSummary, Lease, LeaseLostError, RunStep, Session, SessionInfo
-from agentloop._validate import check_fence, check_granted, check_renewable, preview
+from agentloop._shared import check_fence, check_granted, check_renewable, preview
 from agentloopsql import _codec
 from agentloopsql._leases import Held
 from agentloopsql._pg_append import ROWS_PER_STATEMENT, AppendSql, single_row, step_params

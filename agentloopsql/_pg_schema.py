@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg import sql
 
 from agentloop import StoreError
-from agentloop._validate import preview
+from agentloop._shared import preview
 from agentloopsql._pg_shape import inspect, is_system_schema
 
 if TYPE_CHECKING:

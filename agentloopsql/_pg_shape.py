@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from agentloop import StoreError
-from agentloop._validate import preview
+from agentloop._shared import preview
 
 if TYPE_CHECKING:
     import psycopg

@@ -30,7 +30,8 @@ import psycopg
 import trio
 from psycopg import waiting
 
-from agentloop._backend import cancel_scope, cancelled_error, clock, on_trio
+from agentloop._backend import cancel_scope, cancelled_error, clock
+from agentloop._shared import on_trio
 
 RV = TypeVar("RV")
 

@@ -13,8 +13,8 @@ import anyio
 import trio
 
 from agentloop import StoreUnavailableError
-from agentloop._backend import checkpoint_step, on_trio, raise_pending_cancel
-from agentloop._validate import check_seconds, preview
+from agentloop._backend import checkpoint_step, raise_pending_cancel
+from agentloop._shared import check_seconds, on_trio, preview
 from agentloopsql._base import SqlStoreBase
 from agentloopsql._jobs import AnyWork, Append, FencedAppend, IdempotentWrite, KeyedWrite, Read
 from agentloopsql._park import to_thread_shielded

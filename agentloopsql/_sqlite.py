@@ -8,7 +8,7 @@ import sqlite3
 
 from agentloop import FinalizeSummary, RunStep, Session, SessionInfo
 from agentloop._backend import checkpoint
-from agentloop._validate import check_seconds, preview
+from agentloop._shared import check_seconds, preview
 from agentloopsql import _codec
 from agentloopsql import _sqlite_rows as _rows
 from agentloopsql._base import SqlStoreBase

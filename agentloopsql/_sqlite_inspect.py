@@ -20,7 +20,7 @@ import sqlite3
 from typing import NamedTuple
 
 from agentloop import StoreError
-from agentloop._validate import preview
+from agentloop._shared import preview
 from agentloopsql._sqlite_paths import show_path
 
 Migrations = tuple[tuple[str, ...], ...]

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import TypeVar
 
 from agentloop import Lease
-from agentloop._validate import check_fence, check_granted, check_renewable
+from agentloop._shared import check_fence, check_granted, check_renewable
 from agentloopsql import _codec
 from agentloopsql._leases import Held
 

@@ -14,7 +14,7 @@ import sqlite3
 import stat
 
 from agentloop import StoreError, StoreUnavailableError
-from agentloop._validate import preview
+from agentloop._shared import preview
 
 # A path is shown whole up to this length; a longer one keeps its end, which names the file.
 _PATH_SHOWN = 200

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 import trio
 
 from agentloop import Session, validate_n, validate_session_id
-from agentloop._backend import on_trio
+from agentloop._shared import on_trio
 from agentloopsql._jobs import Read
 
 if TYPE_CHECKING:

@@ -27,8 +27,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from agentloop import RunStep, StepType
-from agentloop._validate import INT32_MAX, trusted_builder, validate_json
+from agentloop import RunStep, StepType, validate_json
+from agentloop._shared import INT32_MAX, trusted_builder
 from agentloopsql import _codec
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

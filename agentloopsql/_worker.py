@@ -37,7 +37,7 @@ import outcome
 import trio
 
 from agentloop import StoreClosedError, StoreError, StoreUnavailableError
-from agentloop._backend import on_trio
+from agentloop._shared import on_trio
 from agentloopsql._jobs import AnyWork, Append, IdempotentWrite, KeyedWrite, Read
 from agentloopsql._park import Interrupted as Interrupted
 from agentloopsql._park import Job as Job

@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeVar
 import anyio
 import trio
 
-from agentloop._backend import on_trio
+from agentloop._shared import on_trio
 from agentlooptest._clause import Violation, expect
 
 T = TypeVar("T")

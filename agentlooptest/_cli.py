@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TextIO
 from xml.etree import ElementTree
 
-from agentloop._validate import check_seconds
+from agentloop._shared import check_seconds
 from agentlooptest._backends import BACKENDS, run_in
 from agentlooptest._builtin import BUILTIN_NAMES, builtin_targets
 from agentlooptest._certify import certify, matches

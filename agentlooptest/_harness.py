@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from agentloop._validate import preview
+from agentloop._shared import preview
 
 StoreFactory = Callable[[], Awaitable[Any]]
 """A zero-argument async callable returning a fresh, empty store."""

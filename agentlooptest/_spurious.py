@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 
-from agentloop._backend import cancel_pending, on_trio
+from agentloop._backend import cancel_pending
+from agentloop._shared import on_trio
 
 __all__ = ["SpuriousCancel", "spurious_cancel"]
 

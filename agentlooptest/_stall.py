@@ -40,7 +40,7 @@ from types import TracebackType
 import anyio
 import trio
 
-from agentloop._backend import on_trio
+from agentloop._shared import on_trio
 
 GRACE = 0.25
 """Seconds a task step may run past the deadline before it is interrupted as spinning."""

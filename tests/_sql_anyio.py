@@ -17,7 +17,7 @@ import anyio
 import anyio.abc
 import pytest
 
-from agentloop._backend import on_trio
+from agentloop._shared import on_trio
 
 SOURCES = [
     pytest.param("trio", "scope", id="trio-scope"),

@@ -21,7 +21,7 @@ from agentloop import (
     append_all,
     get_all,
 )
-from agentloop._validate import check_revision, check_session_ids, check_steps
+from agentloop._shared import check_revision, check_session_ids, check_steps
 from agentloopmem import SessionStore, StepStore
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -11,7 +11,8 @@ import trio
 from broken._good import GoodBoth
 
 from agentloop import RunStep
-from agentloop._backend import LoopHandle, call_ends, call_starts
+from agentloop._backend import LoopHandle
+from agentloop._shared import call_ends, call_starts
 from agentlooptest import Harness, certify
 from agentlooptest._cancel import Points, cancel_at
 

@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("agentloop", "agentloopmem", "agentlooptest", "agentloopsql")
 SIBLINGS = ("agentloopmem", "agentlooptest", "agentloopsql", "bench")
-SHARED_HELPERS = ("agentloop._validate", "agentloop._backend")
+SHARED_HELPERS = ("agentloop._shared", "agentloop._validate", "agentloop._backend")
 MAX_MODULE_LINES = 350
 MAX_FUNCTION_LINES = 60
 

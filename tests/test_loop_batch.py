@@ -26,7 +26,7 @@ from agentloop import (
     ToolCall,
     ToolContext,
 )
-from agentloop._validate import INT32_MAX
+from agentloop._shared import INT32_MAX
 
 BASE = datetime(2026, 1, 1, tzinfo=UTC)
 

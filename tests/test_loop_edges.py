@@ -27,7 +27,7 @@ from agentloop import (
     Tool,
     ToolContext,
 )
-from agentloop._validate import INT32_MAX
+from agentloop._shared import INT32_MAX
 
 TOP = INT32_MAX
 

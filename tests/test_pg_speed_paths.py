@@ -23,7 +23,7 @@ from _sql_support import fresh_schema, pg_dsn
 from test_pg_retry import race_lost_attempt, raw
 
 from agentloop import Lease, LeaseLostError, RunStep, StoreError
-from agentloop._validate import check_fence
+from agentloop._shared import check_fence
 from agentloopsql import PostgresStore
 from agentloopsql._jobs import Read
 from agentloopsql._leases import Held

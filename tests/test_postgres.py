@@ -131,7 +131,7 @@ class TestOpen:
         """Without psycopg installed, open fails with one line naming the extra."""
         monkeypatch.setitem(sys.modules, "psycopg", None)
         with pytest.raises(
-            ImportError, match=r"^PostgresStore needs psycopg .*agentloop\[postgres\]"
+            ImportError, match=r"^PostgresStore needs psycopg .*agentloop-seam\[postgres\]"
         ):
             await PostgresStore.open("postgresql://x")
 

@@ -21,13 +21,8 @@ from agentloop import (
     ToolSpec,
 )
 from agentloop._model import Message, ToolCall, trusted_message
-from agentloop._validate import (
-    JSON_DEPTH_MAX,
-    SECONDS_MAX,
-    check_json_value,
-    check_seconds,
-    trusted_builder,
-)
+from agentloop._shared import check_seconds, trusted_builder
+from agentloop._validate import JSON_DEPTH_MAX, SECONDS_MAX, check_json_value
 from agentloopsql import PostgresStore, SqliteStore
 from agentlooptest._cli import _seconds as cli_seconds
 

@@ -18,7 +18,7 @@ import anyio
 from anyio.from_thread import BlockingPortal
 
 from agentloop import RunStep
-from agentloop._backend import on_trio
+from agentloop._shared import on_trio
 from agentlooptest._data import T0
 from agentlooptest._spurious import spurious_cancel
 

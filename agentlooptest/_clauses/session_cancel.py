@@ -8,7 +8,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from agentloop import FinalizeSummary, RunStatus, Session, StepStore
-from agentloop._backend import on_trio
+from agentloop._shared import on_trio
 from agentlooptest._cancel import Points, cancel_at, native_cancel_at, still_usable
 from agentlooptest._clause import clause, expect
 from agentlooptest._clauses._shared import expect_data, seed_session

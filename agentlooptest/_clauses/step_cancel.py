@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from agentloop import RunStep
-from agentloop._backend import on_trio
+from agentloop._shared import on_trio
 from agentlooptest._cancel import Points, cancel_at, native_cancel_at, still_usable
 from agentlooptest._clause import clause, expect
 from agentlooptest._data import describe, mismatch, same_steps, step

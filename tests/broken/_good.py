@@ -23,7 +23,7 @@ from agentloop import (
     validate_n,
     validate_session_id,
 )
-from agentloop._backend import call_ends, call_starts
+from agentloop._shared import call_ends, call_starts
 from agentlooptest import Harness
 from agentlooptest._data import T0
 

@@ -15,7 +15,7 @@ import anyio
 import attrs
 
 from agentloop import Lease, LeaseLostError, RunStep, Session, validate_session_id
-from agentloop._validate import check_seconds, validate_owner
+from agentloop._shared import check_seconds, validate_owner
 
 from ._good import GoodBoth, unused
 

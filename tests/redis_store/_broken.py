@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agentloop import RunStep
-from agentloop._validate import check_steps
+from agentloop._shared import check_steps
 from agentlooptest import Harness
 
 from ._harness import make_harness

@@ -28,7 +28,7 @@ import anyio
 import redis.exceptions
 
 from agentloop import StoreClosedError, StoreUnavailableError
-from agentloop._backend import on_trio
+from agentloop._shared import on_trio
 
 T = TypeVar("T")
 

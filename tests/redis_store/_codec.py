@@ -6,7 +6,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from agentloop import FinalizeSummary, RunStatus, RunStep, StepType
-from agentloop._validate import trusted_builder
+from agentloop._shared import trusted_builder
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _trusted_step = trusted_builder(RunStep)

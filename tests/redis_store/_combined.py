@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agentloop import Lease, LeaseLostError, RunStep
-from agentloop._validate import check_fence, check_steps, preview
+from agentloop._shared import check_fence, check_steps, preview
 
 from ._base import REDIS_URL
 from ._codec import encode_step

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from agentloop import FinalizeSummary, Lease, Session, SessionInfo
-from agentloop._validate import check_revision
+from agentloop._shared import check_revision
 
 if TYPE_CHECKING:
     from ._sessions import RedisSessionStore

@@ -12,13 +12,7 @@ from typing import NamedTuple
 import attrs
 
 from agentloop import Lease, LeaseLostError, validate_session_id
-from agentloop._validate import (
-    check_granted,
-    check_renewable,
-    check_seconds,
-    preview,
-    validate_owner,
-)
+from agentloop._shared import check_granted, check_renewable, check_seconds, preview, validate_owner
 
 from ._base import REDIS_URL, RedisBase
 from ._codec import from_micros

@@ -16,7 +16,7 @@ from agentloop import (
     validate_n,
     validate_session_id,
 )
-from agentloop._validate import check_fence, check_revision, check_session_ids, preview
+from agentloop._shared import check_fence, check_revision, check_session_ids, preview
 
 from ._base import REDIS_URL
 from ._codec import decode_summary, encode_summary, from_micros

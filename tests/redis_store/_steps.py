@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agentloop import RunStep, validate_n, validate_session_id
-from agentloop._validate import check_steps, preview
+from agentloop._shared import check_steps, preview
 
 from ._base import RedisBase
 from ._codec import decode_step, encode_step
