@@ -7,8 +7,6 @@ model and tool seams.
 
 from __future__ import annotations
 
-from agentloop._batch import append_all, get_all
-from agentloop._compaction import Compaction, Compactor
 from agentloop._config import LoopConfig, RunResult
 from agentloop._errors import (
     LeaseLostError,
@@ -30,6 +28,8 @@ from agentloop._events import (
 from agentloop._lease import Lease, SupportsLease
 from agentloop._loop import Loop
 from agentloop._model import (
+    Compaction,
+    Compactor,
     Message,
     Model,
     ModelReply,
@@ -50,6 +50,8 @@ from agentloop._protocols import (
     SupportsListSessions,
     SupportsPut,
     SupportsRevisions,
+    append_all,
+    get_all,
 )
 from agentloop._tools import Tool, ToolContext, tool
 from agentloop._types import (

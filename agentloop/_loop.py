@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import inspect
 from collections import deque
-from collections.abc import Awaitable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import anyio
 
 from agentloop._backend import raise_pending_cancel
-from agentloop._compaction import Compactor
 from agentloop._config import LoopConfig, RunResult
 from agentloop._lease import SupportsLease
-from agentloop._model import Model
+from agentloop._lease_run import covers_appends, run_leased
+from agentloop._model import Compactor, Model
 from agentloop._protocols import SessionStore, StepStore
-from agentloop._run import Run, RunParts
-from agentloop._run_lease import covers_appends, run_leased
-from agentloop._run_stores import RunStores
+from agentloop._run import Run, RunParts, RunStores
 from agentloop._tools import Tool
 from agentloop._validate import check_text, preview, validate_session_id
 
@@ -185,12 +183,12 @@ class Loop:
         else:
             del self._turns[session_id]
 
-    def _start(self, session_id: str, message: str) -> Awaitable[RunResult]:
-        """The run itself, leased when the session store has leases (no extra frame)."""
+    async def _start(self, session_id: str, message: str) -> RunResult:
+        """The run itself, leased when the session store has leases."""
         if self._leases is not None:
-            return run_leased(self._parts, self._leases, self._covered, session_id, message)
+            return await run_leased(self._parts, self._leases, self._covered, session_id, message)
         stores = RunStores(self._parts.steps, self._parts.sessions, session_id)
-        return Run(self._parts, stores, message).execute()
+        return await Run(self._parts, stores, message).execute()
 
     async def run(self, session_id: str, message: str) -> RunResult:
         """Run the agent on ``message`` for the session and return how the run ended.

@@ -1,15 +1,17 @@
-"""The model seam: what the loop sends a model, what it gets back, and a scripted model."""
+"""The model seam: what the loop sends a model, what it gets back, a scripted model,
+and the compaction seam (a summary of older history and what produces one).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn, Protocol, runtime_checkable
 
+import anyio
 import attrs
 
 from agentloop import _validate as check
-from agentloop._backend import checkpoint_step
-from agentloop._validate import check_json_value, preview, trusted_builder
+from agentloop._validate import check_json_value, preview
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -110,26 +112,6 @@ class Message:
     tool_call_id: str | None = attrs.field(
         default=None, validator=attrs.validators.optional(check.name)
     )
-
-
-class _MessageBuilder(Protocol):
-    """How :data:`trusted_message` is called: as ``Message(...)``."""
-
-    def __call__(
-        self,
-        role: str,
-        content: str,
-        tool_calls: tuple[ToolCall, ...] = (),
-        tool_call_id: str | None = None,
-    ) -> Message: ...
-
-
-# A :class:`Message` built without running its validators again (:func:`trusted_builder`),
-# the builder itself (no call in between). For replay and the loop only, whose values
-# were checked already (``RunStep`` fields, ``ToolCall`` values, the loop's own
-# constants): re-validating every message of the window on every run was a large share
-# of the loop's cost.
-trusted_message: _MessageBuilder = trusted_builder(Message)
 
 
 @attrs.frozen
@@ -243,7 +225,7 @@ class ScriptedModel:
         """
         if not isinstance(request, ModelRequest):
             raise TypeError(f"request must be a ModelRequest, got {preview(request)}")
-        await checkpoint_step()
+        await anyio.lowlevel.checkpoint()
         self.requests.append(request)
         if self._next >= len(self._script):
             raise RuntimeError(
@@ -253,3 +235,45 @@ class ScriptedModel:
         reply = self._script[self._next]
         self._next += 1
         return reply
+
+
+@attrs.frozen
+class Compaction:
+    """What a :class:`Compactor` returns.
+
+    ``summary`` replaces ``messages[:retained_from]`` of the messages it was
+    given; ``messages[retained_from]`` is the first message kept verbatim
+    (``retained_from == len(messages)`` keeps none). An empty ``summary``
+    means "nothing to compact". The tokens are added to the run's totals.
+
+    Raises:
+        TypeError, ValueError: a field has the wrong type or a negative value.
+    """
+
+    summary: str = attrs.field(validator=check.text)
+    retained_from: int = attrs.field(validator=check.int32)
+    prompt_tokens: int = attrs.field(default=0, validator=check.int32)
+    completion_tokens: int = attrs.field(default=0, validator=check.int32)
+
+
+@runtime_checkable
+class Compactor(Protocol):
+    """Summarizes older history; the loop calls it once per run, after the ``user`` step.
+
+    The summary is stored as a ``summary`` step and replayed first by later
+    runs, but only while that step is within the last ``history_window``
+    steps: rehydration reads nothing older. Once more steps follow it, later
+    runs see un-summarized history again, so a compactor should expect to be
+    handed history without a leading summary and summarize it anew.
+    """
+
+    async def compact(self, messages: Sequence[Message]) -> Compaction:
+        """Summarize a prefix of ``messages`` (the rehydrated history plus the new user message).
+
+        When the history starts with an earlier summary (a ``system`` message),
+        a new summary supersedes it: fold it in (with ``retained_from=0`` too,
+        the earlier summary is dropped). An exception, or a
+        ``retained_from`` outside ``[0, len(messages)]``, is reported as a
+        :class:`LoopWarning` and the run goes on uncompacted.
+        """
+        ...

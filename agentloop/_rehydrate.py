@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from agentloop._model import Message, ToolCall, trusted_message
+from agentloop._model import Message, ToolCall
 from agentloop._types import CompactionCheckpoint, RunStep, StepType
 from agentloop._validate import INT32_MAX, has_lone_surrogate, parse_json
 
@@ -135,7 +135,7 @@ def replay(steps: Sequence[RunStep]) -> tuple[list[Message], list[int]]:
     if found is not None:
         summary, checkpoint = found
         retain_from = checkpoint.retain_from_step
-        messages.append(trusted_message("system", summary.content))
+        messages.append(Message("system", summary.content))
         sources.append(retain_from)
     turn = _ToolTurn(messages, sources)
     previous: StepType | None = None
@@ -155,7 +155,7 @@ def replay(steps: Sequence[RunStep]) -> tuple[list[Message], list[int]]:
         else:
             turn.flush()
             role = "user" if kind is StepType.user else "assistant"
-            messages.append(trusted_message(role, step.content))
+            messages.append(Message(role, step.content))
             sources.append(step.step_index)
         previous = kind
     turn.flush()
@@ -163,11 +163,7 @@ def replay(steps: Sequence[RunStep]) -> tuple[list[Message], list[int]]:
 
 
 class _ToolTurn:
-    """The assistant message with tool calls that replay is gathering, and its results.
-
-    Every value here was validated as a ``RunStep`` field or a ``ToolCall``,
-    hence ``trusted_message``.
-    """
+    """The assistant message with tool calls that replay is gathering, and its results."""
 
     __slots__ = ("calls", "first_index", "messages", "results", "sources", "text")
 
@@ -186,12 +182,12 @@ class _ToolTurn:
         answered = {call_id for _, call_id, _ in self.results}
         kept = tuple(call for call in self.calls if call.id in answered)
         if kept or self.text:
-            self.messages.append(trusted_message("assistant", self.text, kept))
+            self.messages.append(Message("assistant", self.text, kept))
             self.sources.append(self.first_index)
             called = {call.id for call in kept}
             for content, call_id, index in self.results:
                 if call_id in called:
-                    self.messages.append(trusted_message("tool", content, (), call_id))
+                    self.messages.append(Message("tool", content, (), call_id))
                     self.sources.append(index)
         self.calls.clear()
         self.results.clear()

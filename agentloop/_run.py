@@ -1,52 +1,63 @@
 """One run of the loop for one session: load, iterate the model and its tools, finish.
 
 The parts a run uses are built once per ``Loop`` (:class:`RunParts`); a run adds
-its own: the store seam (``RunStores``), working memory (``WorkingMemory``),
-what it records and how it ends (``RunRecord``), and what the model is shown
-(``Conversation``).
+its own: the store seam (:class:`RunStores`: every call named, every failure a
+``StoreError``), working memory (:class:`WorkingMemory`: loaded from the
+session, compared after each tool, stored if changed), what it records and how
+it ends (:class:`RunRecord`) and what the model is shown (``Conversation``).
+
+:class:`RunRecord` is "Failure handling in one place" of ``docs/decisions.md``:
+every flag that decides whether (and with which status) a failing run is
+finalized lives there, next to the normal finalize.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+import contextlib
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
+import anyio
 import attrs
 
-from agentloop._backend import cancel_scope
-from agentloop._compaction import Compaction, Compactor
+from agentloop._backend import being_cancelled, finish_shielded, timeout_error
 from agentloop._config import LoopConfig, RunResult
-from agentloop._describe import describe
-from agentloop._errors import StoreError
-from agentloop._events import Compacted, Event, EventHandler, LoopWarning, RunStarted
-from agentloop._memory import WorkingMemory
-from agentloop._model import Model, ModelReply, ModelRequest, ToolCall, ToolSpec, trusted_message
-from agentloop._protocols import SessionStore, StepStore
+from agentloop._errors import LeaseLostError, StoreError, describe, describe_message
+from agentloop._events import (
+    Compacted,
+    Event,
+    EventHandler,
+    Finalized,
+    LoopWarning,
+    RunStarted,
+    StepAppended,
+)
+from agentloop._model import (
+    Compaction,
+    Compactor,
+    Message,
+    Model,
+    ModelReply,
+    ModelRequest,
+    ToolCall,
+    ToolSpec,
+)
+from agentloop._protocols import SessionStore, StepStore, SupportsAppendMany, append_all
 from agentloop._rehydrate import Conversation, next_step_index, tool_call_fields, tool_result_args
-from agentloop._run_record import RunRecord
-from agentloop._run_stores import RunStores
-from agentloop._tools import Tool
-from agentloop._types import CompactionCheckpoint, RunStatus, StepType
-from agentloop._validate import check_text, parse_json, preview, trusted_builder
+from agentloop._tools import Tool, ToolContext
+from agentloop._types import CompactionCheckpoint, FinalizeSummary, RunStatus, RunStep, StepType
+from agentloop._validate import INT32_MAX, check_text, parse_json, preview
 
 if TYPE_CHECKING:
-    from agentloop._types import Session
-
-
-# Enum members read once: ``StepType.user`` is a class attribute lookup through the
-# enum's metaclass (~0.1 us), on every step.
-_USER, _RESPONSE = StepType.user, StepType.response
-_TOOL_CALL, _TOOL_RESULT = StepType.tool_call, StepType.tool_result
-_COMPLETED = RunStatus.completed
+    from agentloop._config import LoopConfig
+    from agentloop._protocols import SessionStore, StepStore
+    from agentloop._types import FinalizeSummary, RunStep, Session
 
 
 def _ignore(event: Event) -> None:
     """The event handler of a loop without ``on_event``."""
-
-
-# Every field is checked already: the session's model and prompt, the conversation's
-# messages, the loop's tool specs and the working memory's JSON text.
-_build_request = trusted_builder(ModelRequest)
 
 
 @attrs.frozen
@@ -92,7 +103,7 @@ class Run:
             if self._parts.config.run_timeout is None:  # no deadline: a scope would only cost
                 status, text = await self._body()
                 return await self._record.finish(status, text)
-            with cancel_scope(deadline=self._record.run_deadline()) as scope:
+            with anyio.CancelScope(deadline=self._record.run_deadline()) as scope:
                 status, text = await self._body()
             if not scope.cancelled_caught:
                 return await self._record.finish(status, text)
@@ -127,8 +138,8 @@ class Run:
         config = self._parts.config
         record, model = self._record, self._parts.model
         session = await self._load()
-        index = await record.append(_USER, self._message)
-        self._conversation.add(trusted_message("user", self._message), index)
+        index = await record.append(StepType.user, self._message)
+        self._conversation.add(Message("user", self._message), index)
         if self._parts.compactor is not None:
             await self._compact(self._parts.compactor)
 
@@ -154,13 +165,13 @@ class Run:
             record.add_tokens(reply.prompt_tokens, reply.completion_tokens)
             if not reply.tool_calls:
                 await record.append(
-                    _RESPONSE,
+                    StepType.response,
                     reply.content,
                     seconds=seconds,
                     prompt_tokens=reply.prompt_tokens,
                     completion_tokens=reply.completion_tokens,
                 )
-                return _COMPLETED, reply.content
+                return RunStatus.completed, reply.content
             await self._use_tools(reply, seconds)
         await record.append(
             StepType.error,
@@ -219,7 +230,7 @@ class Run:
 
     def _request(self, session: Session) -> ModelRequest:
         """What the model is shown next: the conversation so far, the tools, working memory."""
-        return _build_request(
+        return ModelRequest(
             session.model or self._parts.config.model,
             session.system_prompt,
             tuple(self._conversation.messages),
@@ -243,7 +254,7 @@ class Run:
             )
             batch.append(
                 record.next_step(
-                    _TOOL_CALL,
+                    StepType.tool_call,
                     content,
                     args,
                     seconds=seconds if first else 0.0,
@@ -253,22 +264,17 @@ class Run:
                 )
             )
         await record.append_batch(batch)  # every call of the reply, or none of them
-        # Conversation.add inline (twice per call): the message, then the step it came from.
-        messages, sources = self._conversation.messages, self._conversation.sources
-        messages.append(trusted_message("assistant", reply.content, reply.tool_calls))
-        sources.append(first_index)
-        now = record.now
+        self._conversation.add(Message("assistant", reply.content, reply.tool_calls), first_index)
         for call, arguments in zip(reply.tool_calls, decoded, strict=True):
-            started = now()
+            started = record.now()
             output = await self._call_tool(call, arguments)
             index = await record.append(
-                _TOOL_RESULT,
+                StepType.tool_result,
                 output,
                 tool_result_args(call),
-                seconds=now() - started,
+                seconds=record.now() - started,
             )
-            messages.append(trusted_message("tool", output, (), call.id))
-            sources.append(index)
+            self._conversation.add(Message("tool", output, (), call.id), index)
 
     async def _call_tool(self, call: ToolCall, args: object) -> str:
         """The tool's output, or an ``Error:`` text; persists changed working memory.
@@ -301,3 +307,505 @@ class Run:
         if changes is not None:
             await self._memory.store(changes)
         return output
+
+
+def _ms(seconds: float) -> int:
+    return max(0, min(int(seconds * 1000), INT32_MAX))
+
+
+def _int32(value: int) -> int:
+    return min(value, INT32_MAX)
+
+
+class RunRecord:
+    """The steps, tokens and final status one run records, on success and on failure."""
+
+    def __init__(
+        self,
+        stores: RunStores,
+        config: LoopConfig,
+        memory: WorkingMemory,
+        emit: Callable[[Event], None],
+        *,
+        watched: bool = True,
+    ) -> None:
+        self._stores = stores
+        self._config = config
+        self._memory = memory
+        self._emit = emit
+        self._watched = watched  # False: no on_event, so no StepAppended is built
+        self.now = anyio.current_time  # the clock cancel scope deadlines are measured on
+        self.started = self.now()
+        self.steps_appended = 0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.next_index = 0
+        self._history_loaded = False  # last_n returned: the next step index is known
+        self._get_failed = False  # a failed get writes nothing, finalize included
+        self._finalized = False
+        self._failure_status: RunStatus | None = None  # the timeout path sets ``timeout``
+        self._finalize_tried: RunStatus | None = None  # the status of the last finalize tried
+        self._record_deadline: float | None = None  # the one bound of the timeout path
+        self._gave_up = False  # the timeout path ran out of its bound: record nothing more
+
+    # -- while the run goes on -------------------------------------------------------------
+
+    def get_failed(self) -> None:
+        """The session could not be read: the run ends without writing anything."""
+        self._get_failed = True
+
+    def history_loaded(self, next_index: int) -> None:
+        """``last_n`` returned: steps are appended from ``next_index`` on."""
+        self.next_index = next_index
+        self._history_loaded = True
+
+    def add_tokens(self, prompt: int, completion: int) -> None:
+        """Count a model call's (or a compaction's) tokens toward the run."""
+        self.prompt_tokens += prompt
+        self.completion_tokens += completion
+
+    def next_step(
+        self,
+        kind: StepType,
+        content: str = "",
+        tool_args: str = "{}",
+        *,
+        seconds: float = 0.0,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+        offset: int = 0,
+    ) -> RunStep:
+        """The step ``offset`` places after the run's next one, built but not appended.
+
+        Raises:
+            StoreError: its index would pass ``INT32_MAX``, the last index a
+                step can have; nothing was appended.
+        """
+        index = self.next_index + offset
+        if index > INT32_MAX:
+            raise StoreError(
+                f"append failed for session {self._stores.session_id!r}: the session's last "
+                f"step_index is {INT32_MAX}, the largest a step can have (int32); "
+                f"no step can be appended"
+                if offset == 0
+                else f"append_many failed for session {self._stores.session_id!r}: the batch "
+                f"needs step_index {index}, past {INT32_MAX}, the largest a step can have "
+                f"(int32); no step of it was appended"
+            )
+        return RunStep(
+            self._stores.session_id,
+            index,
+            kind,
+            content,
+            tool_args,
+            _ms(seconds),
+            prompt_tokens,
+            completion_tokens,
+        )
+
+    async def append(
+        self,
+        kind: StepType,
+        content: str = "",
+        tool_args: str = "{}",
+        *,
+        seconds: float = 0.0,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+    ) -> int:
+        """Append the run's next step and return its index.
+
+        Raises:
+            StoreError: the append failed, or the session already holds a step
+                at the last index a step can have (``INT32_MAX``).
+        """
+        index = self.next_index
+        step = self.next_step(
+            kind,
+            content,
+            tool_args,
+            seconds=seconds,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+        )
+        await self._stores.append(step)
+        self.next_index = index + 1
+        self.steps_appended += 1
+        if self._watched:
+            self._emit(StepAppended(step))
+        return index
+
+    async def append_batch(self, steps: Sequence[RunStep]) -> None:
+        """Append ``steps`` (from :meth:`next_step`, offsets ``0..len - 1``) as one batch.
+
+        With a step store that has ``append_many`` the batch is all or nothing;
+        every step is counted before any ``StepAppended`` is emitted, so an
+        ``on_event`` that raises cannot make ``step_count`` miss a stored step.
+        Without it the steps are appended one call at a time, each counted
+        and announced as it lands, exactly as :meth:`append` does.
+
+        Raises:
+            StoreError: the append (or ``append_many``) failed.
+
+        **Cancellation**: with ``append_many``, none of the steps was appended;
+        without it, a prefix may have been.
+        """
+        if not self._stores.atomic_batches:
+            for step in steps:
+                await self._stores.append(step)
+                self._appended(step)
+            return
+        await self._stores.append_many(steps)
+        self.next_index += len(steps)
+        self.steps_appended += len(steps)
+        if self._watched:
+            for step in steps:
+                self._emit(StepAppended(step))
+
+    def _appended(self, step: RunStep) -> None:
+        self.next_index += 1
+        self.steps_appended += 1
+        if self._watched:
+            self._emit(StepAppended(step))
+
+    # -- the end -----------------------------------------------------------------------------
+
+    def run_deadline(self) -> float:
+        """When ``run_timeout`` expires (``inf`` without one)."""
+        if self._config.run_timeout is None:
+            return math.inf
+        return self.started + self._config.run_timeout
+
+    def _summary(self, status: RunStatus) -> FinalizeSummary:
+        return FinalizeSummary(  # a member, clamped counters, a byte count (<= int64)
+            status,
+            _int32(self.prompt_tokens),
+            _int32(self.completion_tokens),
+            _int32(self.steps_appended),
+            _ms(self.now() - self.started),
+            self._memory.bytes_carried,
+        )
+
+    async def finish(self, status: RunStatus, text: str) -> RunResult:
+        """``finalize(status)`` and the caller's result.
+
+        Raises:
+            StoreError: the finalize failed.
+        """
+        summary = self._summary(status)
+        self._finalize_tried = status
+        await self._stores.finalize(summary)
+        self._announce_finalized(summary)
+        return RunResult(  # ``text``: a checked reply's content, or ""
+            status,
+            text,
+            summary.step_count,
+            summary.prompt_tokens,
+            summary.completion_tokens,
+            summary.duration_ms,
+        )
+
+    async def record_timeout(self) -> RunResult:
+        """Append the ``error`` step and ``finalize(timeout)`` within one ``finalize_timeout``.
+
+        Raises:
+            StoreError: the bound expired; the message names the operation that
+                was running and the session, ``__cause__`` is ``trio.TooSlowError``
+                (trio) or ``TimeoutError`` (asyncio). No second attempt is made.
+        """
+        self._failure_status = RunStatus.timeout
+        self._record_deadline = self.now() + self._config.finalize_timeout
+        operation = "finalize"
+        with anyio.CancelScope(deadline=self._record_deadline):
+            if self._history_loaded:  # else the next step index is unknown: record no step
+                operation = "append"
+                await self.append(
+                    StepType.error, f"run_timeout expired after {self._config.run_timeout}s"
+                )
+                operation = "finalize"
+            return await self.finish(RunStatus.timeout, "")
+        self._gave_up = True  # only the scope's own deadline ends the block without a return
+        raise StoreError(
+            f"{operation} failed for session {self._stores.session_id!r}: recording the "
+            f"run_timeout did not finish within finalize_timeout "
+            f"({self._config.finalize_timeout}s); the run is not finalized"
+        ) from timeout_error()
+
+    async def abort(self, exc: BaseException) -> None:
+        """Best-effort, shielded and bounded ``finalize`` for a run that is raising ``exc``.
+
+        Status ``cancelled`` when the run is being cancelled, else ``timeout``
+        on the timeout path, else ``error``. Nothing is written after a failed
+        ``get``, once the run's lease is lost (``RunStores.lease_lost``: the
+        run stops at once), after a finalize, after the timeout path ran out
+        of its bound, or when a finalize with this same status was already
+        tried. The bound
+        is ``finalize_timeout`` from now, or what is left of the bound the
+        timeout path already started (a run is never recorded for longer than
+        one ``finalize_timeout``). A finalize abandoned at the bound, or one
+        that fails, is reported as a ``LoopWarning``: ``exc`` still wins.
+        A cancellation of the caller arriving meanwhile waits for the finalize
+        to end (``_backend.finish_shielded``).
+        """
+        if self._get_failed or self._stores.lease_lost is not None:
+            return
+        cancelled = being_cancelled(exc)
+        status = RunStatus.cancelled if cancelled else (self._failure_status or RunStatus.error)
+        if self._finalized or self._gave_up or status is self._finalize_tried:
+            return
+        bound = self._record_deadline
+        if bound is None:
+            bound = self.now() + self._config.finalize_timeout
+        if not await finish_shielded(lambda: self._finalize_quietly(status), bound - self.now()):
+            self.warn(
+                f"finalize({status}) abandoned after {self._config.finalize_timeout}s "
+                f"(finalize_timeout)"
+            )
+
+    async def _finalize_quietly(self, status: RunStatus) -> None:
+        """``finalize(status)`` for a failing run: a failure is a warning, never raised.
+
+        The exception already propagating matters more than this one.
+        """
+        summary = self._summary(status)
+        self._finalize_tried = status
+        try:
+            await self._stores.finalize(summary)
+        except StoreError as failure:
+            self.warn(f"finalize({status}) failed: {describe(failure.__cause__ or failure)}")
+        else:
+            self._announce_finalized(summary)
+
+    def _announce_finalized(self, summary: FinalizeSummary) -> None:
+        """Mark the run finalized and emit ``Finalized``, which can no longer fail the run.
+
+        ``Finalized`` follows the run's last write: an ``on_event`` error there
+        is reported as a ``LoopWarning``, so the caller's result (or exception)
+        always matches the status the store holds.
+        """
+        self._finalized = True
+        if not self._watched:  # no on_event: nothing to build
+            return
+        try:
+            self._emit(Finalized(self._stores.session_id, summary))
+        except Exception as exc:
+            self.warn(
+                f"on_event raised on Finalized: {describe(exc)}; "
+                f"the run stays recorded as {summary.status}"
+            )
+
+    def warn(self, message: str) -> None:
+        """Emit a ``LoopWarning`` from a failure path, where ``on_event`` may not raise."""
+        with contextlib.suppress(Exception):
+            self._emit(LoopWarning(self._stores.session_id, message))
+
+
+class RunStores:
+    """The store calls of one run on ``session_id``, each named for its failure message.
+
+    This is the only place a run touches a store. A leased run is handed a
+    ``RunStores`` built on the session store's fenced view (and on that view
+    for appends too when it covers the step store); nothing else changes.
+
+    Every method raises ``StoreError("<operation> failed for session '<id>':
+    <Type>: <message>")`` for any exception of the store, with that exception
+    as ``__cause__``; cancellation propagates unchanged. ``LeaseLostError``
+    propagates unwrapped and is kept in ``lease_lost``: from then on every
+    write raises ``LeaseLostError`` without calling the store.
+    """
+
+    __slots__ = ("atomic_batches", "lease_lost", "session_id", "sessions", "steps")
+
+    def __init__(self, steps: StepStore, sessions: SessionStore, session_id: str) -> None:
+        self.steps = steps
+        self.sessions = sessions
+        self.session_id = session_id
+        self.lease_lost: LeaseLostError | None = None  # set once the run's lease is lost
+        # Whether the step store has ``append_many`` (``SupportsAppendMany``).
+        self.atomic_batches = isinstance(steps, SupportsAppendMany)
+
+    def _refused(self, operation: str) -> LeaseLostError:
+        return LeaseLostError(
+            f"{operation} refused for session {self.session_id!r}: the run lost its lease; "
+            f"nothing was written"
+        )
+
+    def _failed(self, operation: str, exc: Exception) -> StoreError:
+        return StoreError(
+            f"{operation} failed for session {self.session_id!r}: {describe_message(exc)}"
+        )
+
+    # Each method catches on its own (no shared wrapper coroutine): these calls are
+    # the loop's hottest path, and an extra await layer per call shows in the bench.
+
+    async def get(self) -> Session:
+        """The session (a fresh one when the store has none)."""
+        try:
+            return await self.sessions.get(self.session_id)
+        except Exception as exc:
+            raise self._failed("get", exc) from exc
+
+    async def last_n(self, count: int) -> Sequence[RunStep]:
+        """The last ``count`` steps, oldest first."""
+        try:
+            return await self.steps.last_n(self.session_id, count)
+        except Exception as exc:
+            raise self._failed("last_n", exc) from exc
+
+    async def append(self, step: RunStep) -> None:
+        """Append ``step`` (already built for this session)."""
+        if self.lease_lost is not None:
+            raise self._refused("append") from self.lease_lost
+        try:
+            await self.steps.append(step)
+        except LeaseLostError as exc:
+            self.lease_lost = exc
+            raise
+        except Exception as exc:
+            raise self._failed("append", exc) from exc
+
+    async def append_many(self, steps: Sequence[RunStep]) -> None:
+        """Append ``steps`` (built for this session) as ``append_all`` would.
+
+        The loop calls this only when :attr:`atomic_batches`: one
+        ``append_many`` call, all or nothing. The steps are the loop's own,
+        already checked, and the capability is known: ``append_all`` would
+        only check both again (``append_all`` itself serves any other store).
+        """
+        if self.lease_lost is not None:
+            raise self._refused("append_many") from self.lease_lost
+        try:
+            if self.atomic_batches:
+                batching: SupportsAppendMany = self.steps  # type: ignore[assignment]
+                await batching.append_many(steps)
+            else:
+                await append_all(self.steps, steps)
+        except LeaseLostError as exc:
+            self.lease_lost = exc
+            raise
+        except Exception as exc:
+            raise self._failed("append_many", exc) from exc
+
+    async def update_data(self, data: str) -> None:
+        """Replace the session's working memory with the JSON text ``data``."""
+        if self.lease_lost is not None:
+            raise self._refused("update_data") from self.lease_lost
+        try:
+            await self.sessions.update_data(self.session_id, data)
+        except LeaseLostError as exc:
+            self.lease_lost = exc
+            raise
+        except Exception as exc:
+            raise self._failed("update_data", exc) from exc
+
+    async def finalize(self, summary: FinalizeSummary) -> None:
+        """Record the end of the run."""
+        if self.lease_lost is not None:
+            raise self._refused("finalize") from self.lease_lost
+        try:
+            await self.sessions.finalize(self.session_id, summary)
+        except LeaseLostError as exc:
+            self.lease_lost = exc
+            raise
+        except Exception as exc:
+            raise self._failed("finalize", exc) from exc
+
+
+_canonical = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+
+
+def canonical_json(data: Any) -> str:
+    """The JSON text persisted for a working-memory value (JSON ``null`` for ``None``).
+
+    Only the encoding is checked here; ``parse_json`` runs when the text is
+    about to be written, so a tool that leaves data unchanged costs one ``dumps``.
+
+    Raises:
+        TypeError, ValueError: ``data`` is not JSON-encodable.
+        RecursionError: ``data`` is nested too deeply to encode.
+    """
+    return _canonical(data)
+
+
+class WorkingMemory:
+    """``ctx.data`` of one run, and what the store and the model last saw of it.
+
+    ``context`` is the ``ToolContext`` handed to every tool; ``stored`` is the
+    data text as last stored (or loaded); ``shown`` is the text the model is
+    shown (``None`` when the stored text is unreadable). See "Working memory is
+    compared, not trusted" in ``docs/decisions.md``.
+    """
+
+    context: ToolContext  # set by load, before any tool runs
+
+    def __init__(self, stores: RunStores) -> None:
+        self._stores = stores
+        self.stored: str | None = None
+        self.shown: str | None = None
+        self._baseline = "{}"  # canonical JSON of ctx.data as last loaded or stored
+
+    @property
+    def bytes_carried(self) -> int:
+        """UTF-8 size of the stored snapshot (``FinalizeSummary.data_bytes_carried``)."""
+        return len(self.stored.encode("utf-8")) if self.stored is not None else 0
+
+    def load(self, stored: str | None) -> str | None:
+        """Start from the stored snapshot (``{}`` when there is none).
+
+        Returns ``None``, or why the snapshot cannot be read back (not JSON, or
+        JSON that cannot be re-encoded, e.g. a number that decoded to ``inf``):
+        working memory then starts empty, the model is shown no data, and the
+        stored text is kept until a tool writes new data over it.
+        """
+        self.stored = self.shown = stored  # already set when the session was read
+        if stored is not None:
+            try:
+                data = parse_json(stored, "data")
+                self._baseline = canonical_json(data)
+            except (TypeError, ValueError, RecursionError) as exc:
+                self.shown = None
+                self.context = ToolContext(self._stores.session_id)
+                self._baseline = canonical_json(self.context.data)
+                return str(exc)
+            self.context = ToolContext(self._stores.session_id, data)
+            return None
+        self.context = ToolContext(self._stores.session_id)  # data {}: the baseline "{}"
+        return None
+
+    def discard_changes(self) -> None:
+        """Put ``ctx.data`` back to the last loaded or stored value."""
+        self.context.data = json.loads(self._baseline)
+
+    def changes(self) -> tuple[str, Any] | None:
+        """``ctx.data`` as the JSON text to store and its decoded value, or ``None`` if unchanged.
+
+        The decoded value is what the rest of the run must see after the write
+        (``{1: "a"}`` becomes ``{"1": "a"}``): pass both to :meth:`store`.
+
+        Raises:
+            TypeError, ValueError, RecursionError: ``ctx.data`` is not JSON (or
+                holds NUL or lone surrogates no store can keep); it is put back
+                to the last loaded or stored value.
+        """
+        data = self.context.data
+        if data.__class__ is dict and not data and self._baseline == "{}":
+            return None  # still the empty object: nothing to encode
+        try:
+            canonical = canonical_json(data)
+            if canonical == self._baseline:
+                return None
+            return canonical, parse_json(canonical, "data")
+        except (TypeError, ValueError, RecursionError):
+            self.discard_changes()
+            raise
+
+    async def store(self, changes: tuple[str, Any]) -> None:
+        """Write ``changes`` (from :meth:`changes`); from now on the run sees what was stored.
+
+        Raises:
+            StoreError: ``update_data`` failed.
+        """
+        canonical, decoded = changes
+        await self._stores.update_data(canonical)
+        self._baseline = self.stored = self.shown = canonical
+        self.context.data = decoded

@@ -16,15 +16,13 @@ private modules, so that every rule below has one home for every store:
 """
 
 from agentloop._backend import call_ends, call_starts, on_trio
+from agentloop._lease import check_fence, check_granted, check_renewable
+from agentloop._types import check_steps
 from agentloop._validate import (
     INT32_MAX,
-    check_fence,
-    check_granted,
-    check_renewable,
     check_revision,
     check_seconds,
     check_session_ids,
-    check_steps,
     preview,
     trusted_builder,
     validate_owner,

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import cast
 
 import attrs
 
@@ -102,6 +104,25 @@ class RunStep:
     created_at: datetime = attrs.field(
         factory=_now, converter=check.to_utc, validator=check.aware_datetime
     )
+
+
+def check_steps(steps: object) -> list[RunStep]:
+    """A fresh list of a batch's steps, every one checked before anything is written.
+
+    Raises:
+        TypeError: ``steps`` is not a sequence (a ``str`` neither), or the item
+            at some position is not a ``RunStep`` (the message names it:
+            ``steps[3] must be a RunStep``).
+    """
+    if not isinstance(steps, list | tuple) and (
+        not isinstance(steps, Sequence) or isinstance(steps, str | bytes)
+    ):
+        raise TypeError(f"steps must be a sequence of RunStep, got {preview(steps)}")
+    batch: list[RunStep] = list(cast("Sequence[RunStep]", steps))
+    for position, step in enumerate(batch):
+        if not isinstance(step, RunStep):
+            raise TypeError(f"steps[{position}] must be a RunStep, got {preview(step)}")
+    return batch
 
 
 @attrs.frozen
