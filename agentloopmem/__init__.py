@@ -9,7 +9,7 @@ see it. Use ``agentloopsql`` for state that must survive.
 
 Every store call runs under trio or asyncio alike (the caller's loop, found
 per call): it is a checkpoint, a cancelled call changed nothing, and a call
-that returned is never reported as cancelled (``agentloop._backend``).
+that returned is never reported as cancelled.
 
 Leases (``SessionStore.acquire_lease`` and ``fenced``) make one owner the only
 writer of a session among the tasks and threads of this process; a
@@ -18,8 +18,6 @@ writer of a session among the tasks and threads of this process; a
 
 from __future__ import annotations
 
-from agentloopmem._fenced import FencedSessionStore, FencedStore
-from agentloopmem._sessions import SessionStore
-from agentloopmem._steps import StepStore
+from agentloopmem._stores import FencedSessionStore, FencedStore, SessionStore, StepStore
 
 __all__ = ["FencedSessionStore", "FencedStore", "SessionStore", "StepStore"]
