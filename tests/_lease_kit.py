@@ -128,7 +128,7 @@ class Kit:
     async def expiry(self, session_id: str) -> datetime | None:
         """The session's stored lease expiry (``None``: released or never leased)."""
         if self.clock is not None:
-            held = self.store._leases._held.get(session_id)
+            held = self.store._grants.get(session_id)
             return None if held is None or held.released else held.expires_at
         if self.path is not None:
             rows = lite_raw(

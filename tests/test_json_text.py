@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentloop._checks import _DECODER, _decode, parse_json, validate_json
+from agentloop._validate import _DECODER, _decode, parse_json, validate_json
 
 _values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),

@@ -1,4 +1,4 @@
-"""Under asyncio only: the cancellation sources anyio does not own, and what renewals leave behind.
+"""Under asyncio only: cancellation sources anyio does not own, and what leased runs leave behind.
 
 ``Task.cancel()`` and ``asyncio.timeout`` cancel a run from outside any anyio
 scope; each must still record the run (``finalize(cancelled)``, shielded and
@@ -28,7 +28,6 @@ from agentloop import (
     Session,
     StepType,
 )
-from agentloop._lease_renewals import renewals
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 
@@ -133,7 +132,7 @@ async def test_cancel_before_the_run_starts_records_nothing() -> None:
 
 
 async def test_renewals_leave_no_task_or_timer_behind() -> None:
-    """Leased runs renewed on asyncio timers leave no renewal task running once they end."""
+    """Leased runs leave no renewal task running once they end."""
     config = LoopConfig(lease_ttl=0.03)  # renewed every 10 ms
     loop = Loop(model=SlowModel(0.05), config=config)
     async with anyio.create_task_group() as tg:
@@ -149,8 +148,7 @@ async def test_renewals_leave_no_task_or_timer_behind() -> None:
 
 
 async def test_finished_loops_are_not_kept_alive_by_renewals() -> None:
-    """Leased runs on many ``asyncio.run`` loops in turn keep none of those loops alive
-    (the per-loop renewal timer is weak-keyed and holds no reference to its loop)."""
+    """Leased runs on many ``asyncio.run`` loops in turn keep none of those loops alive."""
     loop = Loop(model=ScriptedModel(["ok"] * 10))
     loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
 
@@ -167,37 +165,6 @@ async def test_finished_loops_are_not_kept_alive_by_renewals() -> None:
     assert [ref() for ref in loops] == [None] * 5
 
 
-class _HolderOfItsLoop:
-    """A renewable that refers to its loop, as a leased run's does (through its task)."""
-
-    interval = 10.0
-
-    def __init__(self) -> None:
-        self.loop = asyncio.get_running_loop()
-
-    async def renew_once(self) -> None:
-        return None
-
-
-async def test_a_loop_closed_with_a_holder_registered_is_not_kept_alive() -> None:
-    """A loop closed by hand while a run is still registered for renewal (it never
-    finished, so never left) is not kept alive by the renewals."""
-
-    def abandon() -> weakref.ref[asyncio.AbstractEventLoop]:
-        event_loop = asyncio.new_event_loop()
-
-        async def register() -> None:
-            renewals().add(_HolderOfItsLoop())
-
-        event_loop.run_until_complete(register())
-        event_loop.close()
-        return weakref.ref(event_loop)
-
-    ref = await anyio.to_thread.run_sync(abandon)
-    gc.collect()
-    assert ref() is None
-
-
 class _CountingRenewals(agentloopmem.SessionStore):
     """Counts each session's renewals."""
 
@@ -211,8 +178,8 @@ class _CountingRenewals(agentloopmem.SessionStore):
 
 
 async def test_a_run_due_sooner_is_renewed_on_time_while_a_later_one_is_armed() -> None:
-    """A short-TTL run that starts while a long-TTL run's renewal is the one armed is
-    still renewed on its own schedule, and the long one on its own."""
+    """Two runs with different TTLs, started at different times, are each renewed on
+    their own schedule."""
     sessions = _CountingRenewals()
     slow = Loop(model=SlowModel(0.5), sessions=sessions, config=LoopConfig(lease_ttl=0.9))
     quick = Loop(model=SlowModel(0.25), sessions=sessions, config=LoopConfig(lease_ttl=0.06))
@@ -269,29 +236,6 @@ async def test_cancel_pending_before_the_lock_lands_there_whatever_the_stores(so
             await task
     assert sessions.calls == []
     assert await loop.steps.last_n("s", 5) == []
-
-
-async def test_free_lock_of_a_run_under_asyncio_takes_no_extra_schedule_point() -> None:
-    """With the lock free and nothing pending, ``run`` suspends only in its store and model
-    calls: another task scheduled meanwhile sees exactly one step per schedule point."""
-    loop = Loop(model=ScriptedModel(["ok"]))
-    ticks = 0
-    done = False
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while not done:
-            ticks += 1
-            await asyncio.sleep(0)
-
-    task = asyncio.create_task(ticker())
-    await asyncio.sleep(0)
-    before = ticks
-    await loop.run("s", "hi")
-    done = True
-    await task
-    # acquire_lease, get, last_n, append(user), complete, append(response), finalize, release
-    assert ticks - before == 8
 
 
 async def test_scripted_model_complete_is_a_checkpoint_under_asyncio() -> None:

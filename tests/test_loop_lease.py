@@ -34,7 +34,7 @@ from agentloop import (
     Tool,
     ToolContext,
 )
-from agentloop._lease_owner import new_owner
+from agentloop._lease_run import new_owner
 
 BASE = datetime(2026, 1, 1, tzinfo=UTC)
 

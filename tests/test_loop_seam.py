@@ -19,7 +19,7 @@ from agentloop import (
     tool,
 )
 from agentloop._run import Run, RunParts
-from agentloop._run_stores import RunStores
+from agentloop._run import RunStores
 
 
 @tool

@@ -20,7 +20,6 @@ from agentloop import (
     Tool,
     ToolSpec,
 )
-from agentloop._model import Message, ToolCall, trusted_message
 from agentloop._shared import check_seconds, trusted_builder
 from agentloop._validate import JSON_DEPTH_MAX, SECONDS_MAX, check_json_value
 from agentloopsql import PostgresStore, SqliteStore
@@ -231,9 +230,7 @@ class TestTrustedBuilder:
                 )
             )
 
-    def test_message_and_session_use_it(self) -> None:
-        """trusted_message and Session.with_data build the same values as the checked path."""
-        call = ToolCall("c1", "t")
-        assert trusted_message("assistant", "x", (call,)) == Message("assistant", "x", (call,))
+    def test_session_with_data_uses_it(self) -> None:
+        """Session.with_data builds the same value as the checked path."""
         session = Session("s", "m", "p", '{"a": 1}')
         assert session.with_data("[1]") == Session("s", "m", "p", "[1]")
