@@ -364,19 +364,22 @@ def rows(sizes: Sizes, peers: list[load.Peer], dsn: str) -> list[Row]:
     Raises whatever a side raised; every schema made here is dropped all the same.
     """
     base = f"agentloop_bench_{secrets.token_hex(4)}"
-    ours, raw = Ours(dsn, f"{base}_ours"), Raw(dsn, f"{base}_raw")
-    chosen = [make(dsn, f"{base}_{tag}") for p, (tag, make) in PEER_SIDES.items() if p in peers]
-    sides: list[Side] = [ours, *chosen, raw]
+    made = [(tag, make) for peer, (tag, make) in PEER_SIDES.items() if peer in peers]
+    makers = [("ours", Ours), *made, ("raw", Raw)]
+    schemas = [f"{base}_{tag}" for tag, _ in makers]
+    sides: list[Side] = []
     with contextlib.ExitStack() as cleanup:
-        cleanup.callback(drop_pg_schema, dsn, *(side.schema for side in sides))
-        _create_schemas(dsn, [side.schema for side in chosen])
-        for side in sides:
+        cleanup.callback(drop_pg_schema, dsn, *schemas)
+        _create_schemas(dsn, schemas[1:-1])  # ours and the reference's: PostgresStore.open
+        for (_, make), schema in zip(makers, schemas, strict=True):
+            side = make(dsn, schema)
+            sides.append(side)
             cleanup.callback(side.loop.close)
             side.loop.run(side.open)
             cleanup.callback(side.loop.run, side.aclose)
         print("  PostgreSQL: filling histories ...", file=sys.stderr, flush=True)
         timings = _measure(sides, sizes)
-    return _rows(sizes, timings, ours, [*chosen, raw])
+    return _rows(sizes, timings, sides[0], sides[1:])
 
 
 def _create_schemas(dsn: str, schemas: list[str]) -> None:

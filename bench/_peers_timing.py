@@ -45,7 +45,7 @@ class Sizes:
     # rounds; each of pg_tasks concurrent appenders does its share of pg_task_appends.
     pg_big: int = 10_000
     pg_ops: int = 20
-    pg_rounds: int = 5
+    pg_rounds: int = 7
     pg_tasks: tuple[int, ...] = (16, 64)
     pg_task_appends: int = 128
 

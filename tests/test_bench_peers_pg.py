@@ -124,15 +124,22 @@ class _Counting:
 
 
 @pytest.mark.parametrize(
-    ("history", "sessions"), [(100, [1, 2, 3, 4, 5]), (1_000, [1] * 5), (10_000, [1] * 5)]
+    ("history", "rounds", "sessions"),
+    [
+        (100, 5, [1, 2, 3, 4, 5]),
+        (1_000, 5, [1] * 5),
+        (1_000, 7, [1] * 5 + [2] * 2),
+        (10_000, 7, [1] * 7),
+    ],
 )
 def test_an_append_session_takes_at_most_a_tenth_of_its_history(
-    history: int, sessions: list[int]
+    history: int, rounds: int, sessions: list[int]
 ) -> None:
-    """20 appends a round: at 100 every round gets a fresh session, from 1,000 one lasts."""
+    """20 appends a round: at 100 every round gets a fresh session; at 1,000 one takes five
+    rounds; at 10,000 one lasts the whole run."""
     side = _Counting()
     try:
-        handles = _peers_pg._append_sessions(side, history, peers.Sizes())
+        handles = _peers_pg._append_sessions(side, history, peers.Sizes(pg_rounds=rounds))
     finally:
         side.loop.close()
     assert [handle.session for handle in handles] == sessions
