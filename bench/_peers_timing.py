@@ -1,8 +1,9 @@
 """Sizes, timed blocks and ratio rows shared by the peer comparisons.
 
 Ours runs under trio and a peer under asyncio, in the same process: every
-block is one ``trio.run`` or one run of an asyncio event loop, whose setup is
-excluded from the clock. Rounds interleave ours and the peers, so machine
+block is one ``trio.run`` or one run of an asyncio event loop (on PostgreSQL,
+one call into a trio run or an asyncio loop kept for the whole comparison),
+whose setup is excluded from the clock. Rounds interleave ours and the peers, so machine
 drift hits all alike; a row's ratio is the median of the per-round ratios,
 shown with their min-max.
 """
