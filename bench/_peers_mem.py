@@ -6,7 +6,7 @@ One "step" everywhere carries 200 characters of content. Ours appends a
 LangGraph keeps the conversation in a graph's ``messages`` channel: each
 step is the node's write (``aput_writes``) and a checkpoint (``aput``) whose
 new ``messages`` version is the whole list; the newest 20 are sliced from the
-latest checkpoint (``aget_tuple``); see :class:`LangGraph`. Items are built
+latest checkpoint (``aget_tuple``); see :class:`MessagesChannel`. Items are built
 before the clock starts.
 
 A session filled to ``history`` gets its history through the public append,
@@ -60,6 +60,22 @@ class Handle:
     session: Any
     pending: Iterator[Any]
     head: Any = None  # LangGraph: the config of the newest checkpoint, the next one's parent
+    length: int = 0  # LangGraph: how many messages the newest checkpoint holds
+    version: Any = None  # LangGraph: the newest version of the messages channel
+
+
+def adk_events(count: int) -> list[Any]:
+    """``count`` distinct ADK events of one user message each (each gets its own id:
+    ``append_event`` drops a re-delivered one)."""
+    types, event = load.module("google.genai.types"), load.module("google.adk.events").Event
+    return [
+        event(
+            author="user",
+            invocation_id="bench",
+            content=types.Content(role="user", parts=[types.Part(text=CONTENT)]),
+        )
+        for _ in range(count)
+    ]
 
 
 class Ours:
@@ -109,16 +125,7 @@ class Adk:
         self.config = load.module("google.adk.sessions.base_session_service").GetSessionConfig(
             num_recent_events=WINDOW
         )
-        types, event = load.module("google.genai.types"), load.module("google.adk.events").Event
-        # Distinct events (each gets its own id): append_event drops a re-delivered one.
-        self.events = [
-            event(
-                author="user",
-                invocation_id="bench",
-                content=types.Content(role="user", parts=[types.Part(text=CONTENT)]),
-            )
-            for _ in range(sizes.big + sizes.ops)
-        ]
+        self.events = adk_events(sizes.big + sizes.ops)
         self.big = sizes.big
 
     async def session(self, history: int) -> Handle:
@@ -141,8 +148,8 @@ class Adk:
         )
 
 
-class LangGraph:
-    """LangGraph's ``InMemorySaver`` holding a conversation the way a graph does, under asyncio.
+class MessagesChannel:
+    """A conversation held as a LangGraph graph holds it, on any checkpoint saver.
 
     A graph keeps its conversation in the ``messages`` channel (``MessagesState``:
     the list the ``add_messages`` reducer grows). Each step records the node's
@@ -151,7 +158,62 @@ class LangGraph:
     Reading the newest 20 messages reads the thread's latest checkpoint
     (``aget_tuple``) and slices its list. Messages are plain dicts, LangGraph's
     cheapest form (a graph's ``add_messages`` turns them into LangChain message
-    objects, which cost more to serialize).
+    objects, which cost more to serialize). A handle's ``session`` is its
+    ``(saver, thread config)``.
+    """
+
+    def __init__(self) -> None:
+        self.base = load.module("langgraph.checkpoint.base")
+
+    def checkpoint(
+        self, saver: Any, step: int, messages: list[dict[str, str]] | None, version: str | None
+    ) -> tuple[Any, dict[str, Any], dict[str, str]]:
+        """The checkpoint after ``step`` (a new version of ``messages``, if given)."""
+        checkpoint = self.base.empty_checkpoint()
+        new_versions: dict[str, str] = {}
+        if messages is not None:
+            version = saver.get_next_version(version, None)
+            checkpoint["channel_values"] = {"messages": messages}
+            new_versions = {"messages": version}
+        checkpoint["channel_versions"] = {"messages": version}
+        return checkpoint, {"source": "loop", "step": step, "parents": {}}, new_versions
+
+    def newest(self, handle: Handle, history: int) -> tuple[Any, dict[str, Any], dict[str, str]]:
+        """The checkpoint holding the whole list of a ``history``-step thread (its last filler)."""
+        checkpoint = self.checkpoint(handle.session[0], history - 1, [MESSAGE] * history, None)
+        handle.length, handle.version = history, checkpoint[0]["channel_versions"]["messages"]
+        return checkpoint
+
+    def plan(self, handle: Handle, count: int) -> None:
+        """The checkpoints of the thread's next ``count`` steps, built now (before any clock)."""
+        pending = []
+        for _ in range(count):
+            step, handle.length = handle.length, handle.length + 1
+            checkpoint = self.checkpoint(
+                handle.session[0], step, [MESSAGE] * handle.length, handle.version
+            )
+            handle.version = checkpoint[0]["channel_versions"]["messages"]
+            pending.append(checkpoint)
+        handle.pending = iter(pending)
+
+    async def append(self, handle: Handle) -> None:
+        """One step: the node's write, then the checkpoint with the grown list."""
+        saver, _ = handle.session
+        checkpoint = next(handle.pending)
+        task = f"task-{checkpoint[1]['step']}"
+        await saver.aput_writes(handle.head, [("messages", [MESSAGE])], task)
+        handle.head = await saver.aput(handle.head, *checkpoint)
+
+    async def read(self, handle: Handle) -> object:
+        """The newest 20 messages, sliced from the latest checkpoint's list."""
+        saver, thread = handle.session
+        latest = await saver.aget_tuple(thread)
+        return latest.checkpoint["channel_values"]["messages"][-WINDOW:]
+
+
+class LangGraph:
+    """LangGraph's ``InMemorySaver`` holding a conversation the way a graph does
+    (:class:`MessagesChannel`), under asyncio.
 
     The checkpoints a session is filled with go through ``aput`` too, but only
     the newest carries its list: storing every earlier version of a long list
@@ -165,55 +227,26 @@ class LangGraph:
     def __init__(self, sizes: Sizes) -> None:
         self.label = load.labelled(load.LANGGRAPH)
         self.memory = load.load(load.LANGGRAPH)
-        self.base = load.module("langgraph.checkpoint.base")
+        self.channel = MessagesChannel()
         self.ops = sizes.ops
-
-    def _checkpoint(
-        self, saver: Any, step: int, messages: list[dict[str, str]] | None, version: str | None
-    ) -> tuple[Any, dict[str, Any], dict[str, str]]:
-        """The checkpoint after ``step`` (a new version of ``messages``, if given)."""
-        checkpoint = self.base.empty_checkpoint()
-        new_versions: dict[str, str] = {}
-        if messages is not None:
-            version = saver.get_next_version(version, None)
-            checkpoint["channel_values"] = {"messages": messages}
-            new_versions = {"messages": version}
-        checkpoint["channel_versions"] = {"messages": version}
-        return checkpoint, {"source": "loop", "step": step, "parents": {}}, new_versions
 
     async def session(self, history: int) -> Handle:
         saver = self.memory.InMemorySaver()
         thread = {"configurable": {"thread_id": new_session_id(), "checkpoint_ns": ""}}
         handle = Handle((saver, thread), iter(()), head=thread)
-        version = None
-        for step in range(history):
-            newest = step == history - 1
-            checkpoint = self._checkpoint(
-                saver, step, [MESSAGE] * history if newest else None, version
-            )
-            version = checkpoint[0]["channel_versions"]["messages"]
-            handle.head = await saver.aput(handle.head, *checkpoint)
-        pending = []
-        for i in range(self.ops):  # built before the clock starts, as every subject's items are
-            checkpoint = self._checkpoint(
-                saver, history + i, [MESSAGE] * (history + i + 1), version
-            )
-            version = checkpoint[0]["channel_versions"]["messages"]
-            pending.append(checkpoint)
-        handle.pending = iter(pending)
+        for step in range(history - 1):
+            filler = self.channel.checkpoint(saver, step, None, None)
+            handle.head = await saver.aput(handle.head, *filler)
+        if history:
+            handle.head = await saver.aput(handle.head, *self.channel.newest(handle, history))
+        self.channel.plan(handle, self.ops)
         return handle
 
     async def append(self, handle: Handle) -> None:
-        saver, _ = handle.session
-        checkpoint = next(handle.pending)
-        task = f"task-{checkpoint[1]['step']}"
-        await saver.aput_writes(handle.head, [("messages", [MESSAGE])], task)
-        handle.head = await saver.aput(handle.head, *checkpoint)
+        await self.channel.append(handle)
 
     async def read(self, handle: Handle) -> object:
-        saver, thread = handle.session
-        latest = await saver.aget_tuple(thread)
-        return latest.checkpoint["channel_values"]["messages"][-WINDOW:]
+        return await self.channel.read(handle)
 
 
 Subject = Ours | OursAsyncio | Adk | LangGraph

@@ -36,8 +36,8 @@ from bench._peers_timing import (
     run_trio,
     speedup_row,
 )
+from bench._raw_sql import fill_sqlite
 from bench._report import Row
-from bench.sql import fill_sqlite
 
 CONTENT = "x" * 200
 ITEM = {"role": "user", "content": CONTENT}

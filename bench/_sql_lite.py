@@ -19,6 +19,7 @@ import attrs
 import trio
 
 from agentloopsql import SqliteStore
+from bench._raw_sql import fill_sqlite, raw_sqlite
 from bench._report import Row
 from bench.sql import (
     _SEQ_OPS,
@@ -29,8 +30,6 @@ from bench.sql import (
     _last_n_pair,
     _per_op_us,
     _raw_append,
-    _raw_sqlite,
-    fill_sqlite,
 )
 
 __all__ = ["ASYNCIO", "TRIO", "Kit", "asyncio_rows", "sqlite_rows"]
@@ -76,7 +75,7 @@ async def _sqlite_appends(directory: str, synchronous: str, kit: Kit) -> list[Ro
     floor_path = os.path.join(directory, f"floor-{name}.db")
     store_path = os.path.join(directory, f"store-{name}.db")
     await (await SqliteStore.open(floor_path)).aclose()  # the same schema for the floor
-    raw = _raw_sqlite(floor_path, synchronous)
+    raw = raw_sqlite(floor_path, synchronous)
     store = await SqliteStore.open(store_path, synchronous=synchronous)
 
     async def in_thread() -> None:

@@ -1,7 +1,8 @@
-"""agentloopsql's PostgreSQL rows: the store against raw psycopg doing the same INSERT.
+"""agentloopsql's PostgreSQL rows: the store against raw psycopg inserting the same rows.
 
-Appends are compared with raw ``psycopg`` running the same INSERT on its own
-connection(s) (the issue's floor) and, for one session, with the same INSERT
+Appends are compared with raw ``psycopg`` running an INSERT of the same row
+(written in ``bench._raw_sql`` from the documented schema) on its own
+connection(s) (the issue's floor) and, for one session, with that INSERT
 behind one ``trio.to_thread`` hop (what any store that keeps the blocking
 driver off the trio thread pays at least; info only). A fenced append (the
 lease check and the INSERT in one statement) is timed against a plain one.
@@ -12,35 +13,36 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
+import attrs
 import trio
 
-from agentloop import RunStep
+from agentloop import RunStep, StepType
 from agentloopsql import PostgresStore
-from agentloopsql._ops import new_key
+from bench._raw_sql import drop_pg_schema, fill_pg, new_key, pg_insert, pg_row
 from bench._report import Row
 from bench.sql import _REPEATS, _TASKS, _best, _last_n_pair, _per_op_us
+
+_FLOOR_STEP = RunStep("floor", 0, StepType.tool_result, content="x" * 200, tool_args='{"k": 1}')
+
+
+def _floor_params(session: str) -> list[object]:
+    """One INSERT's parameters for ``session``; the caller sets a fresh key (the last one)."""
+    return pg_row(attrs.evolve(_FLOOR_STEP, session_id=session))
 
 
 def _pg_floor(dsn: str, insert: str, sessions: int, ops: int) -> float:
     """Raw psycopg: one autocommit connection per session, each in its own thread.
 
-    Every INSERT carries a fresh append key, as the store's do: a repeated key
-    would make each INSERT after the first a no-op (``ON CONFLICT DO NOTHING``)
-    that writes and flushes nothing, a floor no store that stores rows can meet.
+    Every INSERT carries a fresh append key, as the store's do (see ``bench._raw_sql``).
     """
     import psycopg
 
     conns = [psycopg.connect(dsn, autocommit=True) for _ in range(sessions)]
-    params = [
-        [f"floor-{n}", 0, "tool_result", "x" * 200, None, '{"k": 1}', 0, 0, 0, datetime.now(UTC), 1]
-        for n in range(sessions)
-    ]
+    params = [_floor_params(f"floor-{n}") for n in range(sessions)]
     for conn, p in zip(conns, params, strict=True):
-        p[-1] = new_key()
         conn.execute(insert, p)  # connect and warm up before the clock starts
     barrier = threading.Barrier(sessions + 1)
 
@@ -70,19 +72,7 @@ def _pg_connection(dsn: str, insert: str) -> tuple[Any, list[object]]:
     import psycopg
 
     conn = psycopg.connect(dsn, autocommit=True)
-    params: list[object] = [
-        "floor-hop",
-        0,
-        "tool_result",
-        "x" * 200,
-        None,
-        '{"k": 1}',
-        0,
-        0,
-        0,
-        datetime.now(UTC),
-        1,
-    ]
+    params = _floor_params("floor-hop")
     for _ in range(6):  # psycopg prepares a statement on its 5th run
         params[-1] = new_key()
         conn.execute(insert, params)
@@ -157,17 +147,11 @@ async def _pg_ours(store: PostgresStore, sessions: int, ops: int) -> float:
 
 async def postgres_rows(dsn: str) -> list[Row]:
     """The PostgreSQL rows of the ``sql`` section, all measured in this run."""
-    import psycopg
-    from psycopg import sql
-
-    from agentloopsql._pg_ops import PgOps
-
     schema = f"agentloop_bench_{secrets.token_hex(4)}"
     store = await PostgresStore.open(dsn, schema=schema, pool_size=_TASKS)
+    insert = pg_insert(schema)
     rows: list[Row] = []
     try:
-        assert isinstance(store._ops, PgOps)
-        insert = store._ops.q["append"]
         for sessions, ops in ((1, 300), (_TASKS, 60)):
             await _pg_ours(store, sessions, 5)  # warm every pooled connection
             floor = ours = 0.0
@@ -198,7 +182,7 @@ async def postgres_rows(dsn: str) -> list[Row]:
                     )
                 )
         rows.append(await _pg_fenced_row(store, 300))
-        await trio.to_thread.run_sync(_fill_pg, dsn, schema, {"big": 100_000, "small": 100})
+        await trio.to_thread.run_sync(fill_pg, dsn, schema, {"big": 100_000, "small": 100})
         big, small = await _last_n_pair(store)
         rows.append(
             Row(
@@ -209,24 +193,8 @@ async def postgres_rows(dsn: str) -> list[Row]:
             )
         )
     finally:
-        await store.aclose()
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+        try:
+            await store.aclose()
+        finally:
+            drop_pg_schema(dsn, schema)
     return rows
-
-
-def _fill_pg(dsn: str, schema: str, sizes: dict[str, int]) -> None:
-    import psycopg
-    from psycopg import sql
-
-    copy = sql.SQL(
-        "COPY {}.steps (session_id, step_index, step_type, content, tool_args, duration_ms, "
-        "prompt_tokens, completion_tokens, created_at) FROM STDIN"
-    ).format(sql.Identifier(schema))
-    now = datetime.now(UTC)
-    with psycopg.connect(dsn) as conn, conn.cursor() as cur:
-        with cur.copy(copy) as out:
-            for session, count in sizes.items():
-                for i in range(count):
-                    out.write_row((session, i, "tool_result", "y" * 200, "{}", 0, 0, 0, now))
-        cur.execute(sql.SQL("ANALYZE {}.steps").format(sql.Identifier(schema)))

@@ -8,7 +8,9 @@ to a list.
 
 The step row puts one step of a ten-step run (four tool calls and the response,
 on a default ``Loop``: in memory, holding the session's lease) against one
-``agentloopmem.StepStore.append`` timed in the same rounds.
+``agentloopmem.StepStore.append`` timed in the same rounds. It guards against
+regressions only (at most 25 appends a step): the loop's own cost is a tiny
+fraction of one model call, so it is not a target to optimise towards.
 
 The lease rows time ten-step runs (four tool calls and the response) holding
 the session's lease against the same runs on the same store with its lease
@@ -157,7 +159,9 @@ STEP_APPENDS = 20_000  # appends per round
 # Rounds are short (~0.1 s a side), so one slow stretch of the host moves a round a lot;
 # with fifteen the median of repeated rows moved by ±0.1, with seven by ±0.2.
 STEP_ROUNDS = 15
-STEP_TARGET = 5.0  # a loop step costs at most five in-memory appends
+# The loop's own cost is guarded against regressions, not optimised (a step is a tiny
+# fraction of a model call): a loop step costs at most 25 in-memory appends.
+STEP_TARGET = 25.0
 
 
 async def _step_seconds(runs: int) -> float:
@@ -194,7 +198,7 @@ async def _step_row(backend: str) -> Row:
         ratios.append(seconds["step"][-1] / seconds["append"][-1])
     step, append = (statistics.median(seconds[kind]) * 1e6 for kind in ("step", "append"))
     return SpreadRow(
-        _named("loop step vs in-memory append (10-step leased run)", backend),
+        _named("loop step vs in-memory append (10-step leased run, regression guard)", backend),
         f"{step:.1f} vs {append:.2f} us (medians)",
         statistics.median(ratios),
         STEP_TARGET,

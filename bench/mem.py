@@ -137,9 +137,9 @@ async def _history_row(suffix: str) -> Row:
     step = RunStep("s", 0, StepType.user, content="x")
     for _ in range(100):
         await small.append(step)
-    # Filling 10^6 steps through append() would take ~15 s of checkpoints;
-    # the list it builds is the same one, so fill it directly.
-    big._steps["s"] = [step] * 1_000_000
+    # Filling 10^6 steps through append() would take ~15 s of checkpoints; one batch
+    # builds the same list.
+    await big.append_many([step] * 1_000_000)
     big_us, small_us = await _compare(lambda: big.last_n("s", 50), lambda: small.last_n("s", 50))
     return Row(
         f"mem last_n(50) 10^6 vs 10^2 history{suffix}",

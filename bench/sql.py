@@ -21,7 +21,7 @@ import trio
 
 from agentloop import RunStep
 from agentloopsql import PostgresStore, SqliteStore
-from agentloopsql._sqlite import _INSERT_STEP, step_params
+from bench._raw_sql import SQLITE_INSERT, sqlite_row
 from bench._report import Row
 
 NO_TARGET = float("inf")
@@ -44,30 +44,10 @@ async def _best(make: Callable[[], Awaitable[float]]) -> float:
 # -- SQLite -----------------------------------------------------------------
 
 
-def _raw_sqlite(path: str, synchronous: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
-    return conn
-
-
 def _raw_append(conn: sqlite3.Connection) -> None:
     conn.execute("BEGIN IMMEDIATE")
-    conn.execute(_INSERT_STEP, step_params(_STEP))
+    conn.execute(SQLITE_INSERT, sqlite_row(_STEP))
     conn.execute("COMMIT")
-
-
-def fill_sqlite(path: str, sizes: dict[str, int]) -> None:
-    """Insert ``sizes[session]`` steps per session straight into a SqliteStore's file."""
-    conn = _raw_sqlite(path, "normal")
-    conn.execute("BEGIN")
-    for session, count in sizes.items():
-        rows = (
-            step_params(RunStep(session, i, "tool_result", content="y" * 200)) for i in range(count)
-        )
-        conn.executemany(_INSERT_STEP, rows)
-    conn.execute("COMMIT")
-    conn.close()
 
 
 async def _last_n_pair(store: SqliteStore | PostgresStore) -> tuple[float, float]:

@@ -25,7 +25,8 @@ def test_loop_section_reports_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     overhead, (step,), lease = rows[:3], rows[3:4], rows[4:]
     assert all(row.ratio > 0 and "us/iteration" in row.detail for row in overhead)
     assert step.name.startswith("loop step vs in-memory append")
-    assert step.limit == 5
+    assert step.limit == 25
+    assert "regression guard" in step.name
     assert step.ratio > 0
     assert step.detail.endswith(" us (medians)")
     stores = ["memory", "sqlite"] + (["postgres"] if os.environ.get("AGENTLOOP_PG_DSN") else [])
