@@ -5,8 +5,9 @@ Reads: our ``last_n(session, 20)`` vs its ``get_items(limit=20)`` at
 ``sizes.big``. Durable appends are measured paired: blocks of
 ``sizes.durable_ops`` appends alternate between the two stores, kept open,
 because fsync latency drifts over seconds; ours at ``synchronous="full"`` vs
-``SQLiteSession`` as shipped (WAL, SQLite's default ``synchronous``), then both
-at ``"normal"``. Last, ``sizes.tasks`` concurrent appenders on one file (each
+``SQLiteSession`` as shipped (WAL, SQLite's default ``synchronous``; it has no
+public way to choose another level, so there is no row with both at
+``"normal"``). Last, ``sizes.tasks`` concurrent appenders on one file (each
 its own session; for the peer one ``SQLiteSession`` per appender, as its
 per-file lock intends). Our histories are filled with raw ``executemany``.
 """
@@ -47,19 +48,9 @@ OUR_GROWTH = 1.5  # an indexed newest-first read: flat however long the history
 LEVELS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 
 
-def _peer_class(synchronous: str | None) -> Any:
-    """``SQLiteSession`` as shipped, or a subclass whose connections also set ``synchronous``."""
-    shipped = load.load(load.OPENAI).SQLiteSession
-    if synchronous is None:
-        return shipped
-
-    def configure(conn: sqlite3.Connection) -> None:
-        shipped._configure_connection(conn)
-        conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
-
-    return type(
-        "TunedSQLiteSession", (shipped,), {"_configure_connection": staticmethod(configure)}
-    )
+def _peer_class() -> Any:
+    """``SQLiteSession`` as shipped."""
+    return load.load(load.OPENAI).SQLiteSession
 
 
 def _default_synchronous(path: str) -> str:
@@ -94,7 +85,7 @@ def _read_rows(directory: str, sizes: Sizes) -> list[Row]:
     run_trio(lambda: _open_close(ours_path))
     fill_sqlite(ours_path, {f"h{h}": h for h in histories})
     store = run_trio(lambda: SqliteStore.open(ours_path))
-    peer_class = _peer_class(None)
+    peer_class = _peer_class()
     peers = {h: peer_class(f"h{h}", os.path.join(directory, "peer-read.db")) for h in histories}
     for h, peer in peers.items():
         run_asyncio(partial(peer.add_items, [ITEM] * h))
@@ -139,13 +130,12 @@ async def _open_close(path: str) -> None:
     await (await SqliteStore.open(path)).aclose()
 
 
-def _durable_row(directory: str, sizes: Sizes, ours_mode: str, peer_mode: str | None) -> Row:
-    tag = peer_mode or "shipped"
-    ours_path = os.path.join(directory, f"ours-durable-{ours_mode}.db")
-    peer_path = os.path.join(directory, f"peer-durable-{tag}.db")
-    store = run_trio(lambda: SqliteStore.open(ours_path, synchronous=ours_mode))
-    peer = _peer_class(peer_mode)("durable", peer_path)
-    peer_level = _default_synchronous(peer_path) if peer_mode is None else peer_mode.upper()
+def _durable_row(directory: str, sizes: Sizes) -> Row:
+    ours_path = os.path.join(directory, "ours-durable-full.db")
+    peer_path = os.path.join(directory, "peer-durable-shipped.db")
+    store = run_trio(lambda: SqliteStore.open(ours_path, synchronous="full"))
+    peer = _peer_class()("durable", peer_path)
+    peer_level = _default_synchronous(peer_path)
     ours: list[float] = []
     theirs: list[float] = []
     try:
@@ -155,14 +145,13 @@ def _durable_row(directory: str, sizes: Sizes, ours_mode: str, peer_mode: str | 
     finally:
         run_trio(store.aclose)
         peer.close()
-    shipped = " as shipped" if peer_mode is None else ""
-    label = f"{load.labelled(load.OPENAI)}{shipped} at {peer_level}; ours at {ours_mode.upper()}"
+    label = f"{load.labelled(load.OPENAI)} as shipped at {peer_level}; ours at FULL"
     return speedup_row("sqlite durable append, paired", label, Series(ours), Series(theirs), 1.0)
 
 
 def _concurrent_row(directory: str, sizes: Sizes) -> Row:
     store = run_trio(lambda: SqliteStore.open(os.path.join(directory, "ours-tasks.db")))
-    peer_class = _peer_class(None)
+    peer_class = _peer_class()
     path = os.path.join(directory, "peer-tasks.db")
     peers = [peer_class(f"task-{i}", path) for i in range(sizes.tasks)]
     total = sizes.tasks * sizes.task_ops
@@ -213,7 +202,6 @@ def rows(sizes: Sizes) -> list[Row]:
     """Every SQLite comparison, each on fresh files in one temporary directory."""
     with tempfile.TemporaryDirectory(prefix="agentloop-bench-peers-") as directory:
         out = _read_rows(directory, sizes)
-        out.append(_durable_row(directory, sizes, "full", None))
-        out.append(_durable_row(directory, sizes, "normal", "normal"))
+        out.append(_durable_row(directory, sizes))
         out.append(_concurrent_row(directory, sizes))
     return out
