@@ -393,7 +393,7 @@ class Workers(Generic[ConnT]):
         self._dead: BaseException | None = None
         self._size = threads
         self._busy = 0  # worker threads running a batch
-        self._idle = 0  # worker threads waiting for a job
+        self._idle: list[threading.Lock] = []  # idle workers' wake locks; the last is woken
         self._threads = [
             threading.Thread(target=self._main, name=f"{owner} worker {n}", daemon=True)
             for n in range(threads)
@@ -457,7 +457,7 @@ class Workers(Generic[ConnT]):
                 raise self._executor.dead_error(self._dead)
             self._queue.append(job)
             if self._idle:
-                self._cond.notify()
+                self._idle.pop().release()
             if self._watch is not None and self._busy == self._size:
                 self._watch.notify()  # no worker may take it soon: time its wait
 
@@ -478,7 +478,7 @@ class Workers(Generic[ConnT]):
         """Run every job queued so far, then end the threads. Idempotent; shielded."""
         with self._cond:
             self._closing = True
-            self._cond.notify_all()
+            self._wake_all()
             if self._watch is not None:
                 self._watch.notify_all()
         await to_thread_shielded(self._join)
@@ -487,15 +487,27 @@ class Workers(Generic[ConnT]):
         for thread in self._threads:
             thread.join()
 
-    def _take(self) -> list[Job[ConnT]] | None:
-        """The next batch, or ``None`` once closing with nothing left; waits for work."""
+    def _wake_all(self) -> None:  # called under the lock
+        for wake in self._idle:
+            wake.release()
+        self._idle.clear()
+
+    def _take(self, wake: threading.Lock) -> list[Job[ConnT]] | None:
+        """The next batch, or ``None`` once closing with nothing left; waits for work.
+
+        An idle thread waits on ``wake``, its own lock (held), until a caller
+        releases it. Idle threads are woken last in, first out (a
+        ``threading.Condition`` wakes the longest idle first), so a caller
+        making one call at a time keeps one warm thread; see ``docs/decisions.md``.
+        """
         with self._cond:
             while not self._queue and not self._closing and self._dead is None:
-                self._idle += 1
+                self._idle.append(wake)
+                self._cond.release()
                 try:
-                    self._cond.wait()
+                    wake.acquire()
                 finally:
-                    self._idle -= 1
+                    self._cond.acquire()
             if not self._queue or self._dead is not None:
                 if self._watch is not None:
                     self._watch.notify()  # closing and drained: the watchdog may end too
@@ -531,8 +543,10 @@ class Workers(Generic[ConnT]):
             self._die(exc)
             return
         running: list[Job[ConnT]] = []
+        wake = threading.Lock()
+        wake.acquire()
         try:
-            while (batch := self._take()) is not None:
+            while (batch := self._take(wake)) is not None:
                 running = batch
                 self._executor.run_batch(state, batch)
                 running = []
@@ -588,7 +602,7 @@ class Workers(Generic[ConnT]):
             # the error already on its way rather than look for its job in the queue.
             for job in orphans:
                 job.taken = True
-            self._cond.notify_all()
+            self._wake_all()
             if self._watch is not None:
                 self._watch.notify_all()
         for job in orphans:
