@@ -25,8 +25,8 @@ from test_pg_retry import race_lost_attempt, raw
 from agentloop import Lease, LeaseLostError, RunStep, StoreError
 from agentloop._shared import check_fence
 from agentloopsql import PostgresStore
-from agentloopsql._workers import Read
 from agentloopsql._store import Grant
+from agentloopsql._workers import Read
 
 
 @pytest.fixture

@@ -14,9 +14,9 @@ from _sql_support import fresh_schema, pg_dsn
 
 from agentloop import FinalizeSummary, RunStep
 from agentloopsql import PostgresStore
-from agentloopsql._workers import IdempotentWrite, KeyedWrite
 from agentloopsql._pg_ops import PgOps
 from agentloopsql._pg_schema import SCHEMA_VERSION
+from agentloopsql._workers import IdempotentWrite, KeyedWrite
 
 
 @pytest.fixture

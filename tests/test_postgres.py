@@ -330,7 +330,9 @@ class TestConnectionLoss:
             ops.append(conn, the_step, 42)
             conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
 
-        await pg._workers.call(KeyedWrite(append_then_die, lambda conn: ops.append_landed(conn, "s", 42)))
+        await pg._workers.call(
+            KeyedWrite(append_then_die, lambda conn: ops.append_landed(conn, "s", 42))
+        )
         assert [s.content for s in await pg.all("s")] == ["once"]
 
     async def test_lost_finalize_retry_counts_once(

@@ -16,8 +16,8 @@ from _sql_support import occupy_worker as occupy
 
 from agentloop import RunStep, Session, StoreClosedError
 from agentloopsql import PostgresStore, SqliteStore
-from agentloopsql._workers import IdempotentWrite
 from agentloopsql._store import SHORT_WINDOW
+from agentloopsql._workers import IdempotentWrite
 
 pytestmark = pytest.mark.anyio
 
@@ -148,7 +148,7 @@ class TestInlineReads:
                 gate.set()
 
     async def test_busy_reader_and_wide_window_use_the_worker(self, lite: SqliteStore) -> None:
-        """A reader in use by another thread, or a window past SHORT_WINDOW, queue for the worker."""
+        """A reader in use by another thread, or a window past SHORT_WINDOW, use the worker."""
         await lite.append(step("s", 0))
         assert lite._reader is not None
         got: list[int] = []
@@ -169,7 +169,7 @@ class TestInlineReads:
         assert got == [1, 1]
 
     async def test_inline_read_runs_on_the_loop_thread(self, lite: SqliteStore) -> None:
-        """The inline read is synchronous on the caller's thread (the documented inline-read exception)."""
+        """The inline read is synchronous on the caller's thread (the one inline exception)."""
         await lite.append(step("s", 0))
         assert lite._reader is not None
         threads: list[int] = []

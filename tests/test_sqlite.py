@@ -29,8 +29,8 @@ from agentloop import (
     SupportsPut,
 )
 from agentloopsql import SqliteStore
-from agentloopsql._workers import IdempotentWrite, Read
 from agentloopsql._sqlite_schema import SCHEMA_VERSION
+from agentloopsql._workers import IdempotentWrite, Read
 
 
 @pytest.fixture

@@ -21,8 +21,8 @@ from agentloopsql import SqliteStore
 from agentloopsql import _sqlite as rows
 from agentloopsql._codec import from_micros
 from agentloopsql._sqlite import MISS, InlineReader
-from agentloopsql._store import SHORT_WINDOW
 from agentloopsql._sqlite_schema import MIGRATIONS
+from agentloopsql._store import SHORT_WINDOW
 
 VALID = {
     "step_index": 3,
@@ -215,7 +215,7 @@ class TestInlineReads:
                     gate.set()
 
     async def test_wide_window_and_busy_reader_use_the_worker(self, db: str) -> None:
-        """A window past SHORT_WINDOW, or a reader in use by another thread, queue for the worker."""
+        """A window past SHORT_WINDOW, or a reader in use by another thread, use the worker."""
         async with await SqliteStore.open(db) as store:
             await store.append(RunStep("s", 0, "user"))
             assert store._reader is not None
