@@ -1,4 +1,5 @@
-"""How a ``PostgresStore``'s worker threads run jobs: pooled connections, one retry, group append.
+"""How a ``PostgresStore``'s worker threads run jobs: pooled connections, one retry,
+group append, cancellation on the server, and what an error means.
 
 Each worker runs one job at a time on a connection borrowed from the
 ``psycopg_pool`` pool, except appends: the appends waiting when a worker
@@ -6,8 +7,7 @@ wakes become one multi-row ``INSERT`` (one statement, one commit, all rows
 or none), so concurrent sessions share commits instead of queueing for them.
 When the server refuses that INSERT for one call's rows (a constraint, a size
 limit, a check of the store's own), the batch is halved until each refused
-call fails alone; every other call commits (``_pg_errors`` says which errors
-are refusals and which mean "retry later").
+call fails alone; every other call commits.
 
 Waits are bounded: a call that could not get a worker and a connection within
 ``pool_timeout`` of being made fails with ``StoreUnavailableError`` saying what
@@ -17,41 +17,217 @@ A connection that breaks under a call is retried once after the pool has
 checked its idle connections. A non-idempotent write (``append``,
 ``finalize``) first asks, on the fresh connection, whether its lost attempt
 committed (by a random key stored with the row), so it is never applied twice.
-Cancellation: when every caller of a running statement has been cancelled
+
+**Cancellation**: when every caller of a running statement has been cancelled
 (and it is the first attempt, not a retry after a lost connection), a helper
-thread asks the server to cancel it, repeating until the statement ends. A
+thread asks the server to cancel it (psycopg's ``Connection.cancel_safe()``,
+or ``cancel()`` before psycopg 3.2), repeating until the statement ends. A
 statement the server cancelled rolled back (each is one autocommit
-transaction), so its callers get the backend's cancellation and nothing happened; one
-that completed anyway is reported as done. The connection is then closed, not
-returned to the pool, so a late cancel request cannot hit a later statement.
+transaction), so its callers get the backend's cancellation and nothing
+happened; one that completed anyway is reported as done. The connection is
+then closed, not returned to the pool, so a late cancel request cannot hit a
+later statement.
+
+**What an error means**: only a lost connection, a timeout or a server going
+away is ``StoreUnavailableError`` (retrying may succeed). Everything the
+server refuses for a reason of its own (a value its type cannot hold, a
+constraint, a size limit such as the btree index row limit, a missing
+privilege, a trigger) is a plain ``StoreError``: retrying the same call can
+never succeed. psycopg files some of these under ``OperationalError``
+(``ProgramLimitExceeded``, ``StatementTooComplex``), so the SQLSTATE decides,
+not the class. Messages name the operation and the rule, and quote at most ~60
+characters of any value: the server's own message may embed a whole value (a
+trigger's ``RAISE``, an invalid input), so it is trimmed.
 
 Imported only once psycopg is known to be installed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import re
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from functools import partial
+from typing import Any, TypeVar
 
 import outcome
 import psycopg
 import psycopg_pool
 
 from agentloop import RunStep, StoreError, StoreUnavailableError
-from agentloopsql._jobs import AnyWork, Append, FencedAppend, IdempotentWrite, KeyedWrite, Read
-from agentloopsql._pg_errors import classify, copy_outcome, operation, shared_outcome, waited_error
-from agentloopsql._pg_running import Running, cancel_of, send_cancels
-from agentloopsql._worker import Interrupted, Job, dead_worker_error
+from agentloopsql._pg_ops import PgOps
+from agentloopsql._workers import (
+    AnyWork,
+    Append,
+    FencedAppend,
+    IdempotentWrite,
+    Interrupted,
+    Job,
+    KeyedWrite,
+    Read,
+    dead_worker_error,
+)
 
-if TYPE_CHECKING:
-    from agentloopsql._pg_ops import PgOps
-
-    Conn = psycopg.Connection[Any]
-    PgJob = Job[Conn]
+Conn = psycopg.Connection[Any]
+PgJob = Job[Conn]
 
 R = TypeVar("R")
+
+
+# -- what an error means ---------------------------------------------------------
+
+# SQLSTATE classes (and single codes) that retrying may fix: the connection,
+# operator intervention (cancel, shutdown), lock and serialization conflicts,
+# exhausted resources, the server's own I/O.
+_TRANSIENT_CLASSES = {
+    "08": "the connection failed",
+    "40": "a conflict with a concurrent transaction (deadlock or serialization)",
+    "53": "the server ran out of a resource (disk, memory or connections)",
+    "57": "the server stopped the statement (statement_timeout, a cancel or a shutdown)",
+    "58": "a system error on the server",
+}
+_TRANSIENT_CODES = {
+    "55P03": "a lock was not available within lock_timeout",
+    "55006": "an object is in use by another session",
+    "57014": "the server cancelled the statement (statement_timeout or an administrator)",
+}
+_PERMANENT_CODES = {"57P04": "the database was dropped"}
+
+_PERMANENT_CLASSES = {
+    "0A": "a feature the server does not support",
+    "21": "a value count the statement does not accept",
+    "22": "a value the column's type cannot hold",
+    "23": "a constraint of the schema",
+    "42": "the statement does not fit the schema",
+    "54": "a PostgreSQL size limit (e.g. an index row over its maximum size)",
+    "P0": "a rule a database function or trigger enforces",
+    "XX": "an internal error of the server",
+}
+_PERMANENT_BY_TYPE: tuple[tuple[type[psycopg.Error], str], ...] = (
+    (psycopg.DataError, "a value the driver cannot send"),
+    (psycopg.IntegrityError, "a constraint of the schema"),
+    (psycopg.NotSupportedError, "a feature the server does not support"),
+    (psycopg.ProgrammingError, "the statement does not fit the schema"),
+)
+
+_QUOTED = re.compile(r'"[^"]{61,}"|\'[^\']{61,}\'')
+_QUOTE_MAX = 60
+_MESSAGE_MAX = 100
+
+
+def _trim(text: str) -> str:
+    """``text`` on one line, each long quoted value cut to ~60 characters, the whole to ~100."""
+    text = " ".join(text.split())
+
+    def cut(match: re.Match[str]) -> str:
+        quoted = match.group(0)
+        return f"{quoted[: _QUOTE_MAX + 1]}...({len(quoted) - 2} chars){quoted[0]}"
+
+    text = _QUOTED.sub(cut, text)
+    if len(text) > _MESSAGE_MAX:
+        text = f"{text[:_MESSAGE_MAX]}...({len(text)} chars)"
+    return text
+
+
+def classify(exc: psycopg.Error, op: str) -> StoreError:
+    """The store error for ``exc``, raised by the server or driver while running ``op``.
+
+    ``StoreUnavailableError`` (with ``exc`` as ``cause``) when retrying later
+    may succeed; otherwise a ``StoreError`` saying retrying will not help.
+    The caller raises it ``from exc``.
+    """
+    diag = getattr(exc, "diag", None)
+    code = exc.sqlstate or ""
+    said = _trim((diag.message_primary if diag is not None else None) or str(exc))
+    tag = f"SQLSTATE {code}, {type(exc).__name__}" if code else type(exc).__name__
+    transient = _TRANSIENT_CODES.get(code) or _TRANSIENT_CLASSES.get(code[:2])
+    if code in _PERMANENT_CODES:
+        transient = None
+    if transient is None and not code and isinstance(exc, psycopg.OperationalError):
+        transient = "the driver lost or could not use the connection"
+    if transient is not None:
+        message = f"PostgreSQL could not run {op} now: {transient} ({tag}): {said}"
+        return StoreUnavailableError(message, exc)
+    rule = _PERMANENT_CODES.get(code) or _PERMANENT_CLASSES.get(code[:2])
+    if rule is None:
+        rule = next((r for kind, r in _PERMANENT_BY_TYPE if isinstance(exc, kind)), "its rules")
+    constraint = getattr(diag, "constraint_name", None) if diag is not None else None
+    if constraint:
+        rule = f"{rule}, {_trim(repr(constraint))}"
+    return StoreError(
+        f"PostgreSQL refused {op}: it breaks {rule} ({tag}): {said}; retrying will not help"
+    )
+
+
+def waited_error(waited: float, limit: float) -> StoreUnavailableError:
+    """The error of a call that waited ``pool_timeout`` for a worker and got none."""
+    return StoreUnavailableError(
+        f"no PostgreSQL connection was free within pool_timeout ({limit} s): the call waited "
+        f"{waited:.2f} s for a worker, every one busy (e.g. with a statement waiting on a "
+        "lock); nothing was done"
+    )
+
+
+def shared_outcome(result: outcome.Outcome[None]) -> bool:
+    """Whether every caller of a shared INSERT gets ``result``: success, or the store is down.
+
+    Any other error was one call's rows refused: the others must not fail with it.
+    """
+    return isinstance(result, outcome.Value) or (
+        isinstance(result, outcome.Error) and isinstance(result.error, StoreUnavailableError)
+    )
+
+
+def copy_outcome(result: outcome.Outcome[None]) -> outcome.Outcome[None]:
+    """``result`` for one more caller: one exception object per caller, tracebacks apart."""
+    if isinstance(result, outcome.Error) and isinstance(result.error, StoreUnavailableError):
+        error = result.error
+        return outcome.Error(StoreUnavailableError(str(error), error.cause))
+    return outcome.Value(None)
+
+
+# -- a running batch and its cancellation -------------------------------------------
+
+# How often a running statement whose callers were all cancelled is asked again
+# to stop (a request that reaches the server between statements is ignored).
+CANCEL_EVERY = 0.2
+
+
+class Running:
+    """The jobs of one batch while a worker runs them: what :meth:`PgExecutor.interrupt` needs."""
+
+    __slots__ = ("cancelling", "conn", "done", "interruptible", "jobs", "wait")
+
+    def __init__(self, jobs: list[PgJob]) -> None:
+        self.jobs = jobs
+        self.conn: Conn | None = None  # set while the first attempt runs a statement
+        self.interruptible = True  # False once a retry begins: the outcome could be unknown
+        self.cancelling: threading.Thread | None = None
+        self.done: threading.Event | None = None  # made when cancelling starts, not per batch
+        self.wait: float | None = None  # the first attempt's bound on waiting for a connection
+
+    def all_cancelled(self) -> bool:
+        return all(job.cancel_requested for job in self.jobs)
+
+
+def send_cancels(done: threading.Event, cancel: Callable[[], object]) -> None:
+    """Call ``cancel`` (one cancel request) every ``CANCEL_EVERY`` s until ``done`` is set."""
+    while True:
+        with contextlib.suppress(Exception):  # best effort; the next round tries again
+            cancel()
+        if done.wait(CANCEL_EVERY):
+            return
+
+
+def cancel_of(conn: Conn) -> Callable[[], object]:
+    """One bounded cancel request for ``conn``'s running statement (blocking: not on a loop)."""
+    safe = getattr(conn, "cancel_safe", None)  # psycopg >= 3.2
+    return partial(safe, timeout=2.0) if safe is not None else conn.cancel
+
+
+# -- the executor -------------------------------------------------------------------
 
 
 class _Lost(Exception):
@@ -151,7 +327,11 @@ class PgExecutor:
         rows: list[tuple[RunStep, int]] = [row for append in appends for row in append.rows]
         ops = self._ops
         return outcome.capture(
-            self.call_once, lambda c: ops.append_many(c, rows), appends[0].committed, run
+            self._call_once,
+            lambda c: ops.append_many(c, rows),
+            appends[0].committed,
+            "append",
+            run,
         )
 
     def _isolate(self, jobs: list[PgJob]) -> None:
@@ -179,11 +359,11 @@ class PgExecutor:
     def _call_alone(self, work: AnyWork[Conn], run: Running | None = None) -> object:
         """Run one call's ``work`` the way its kind allows."""
         if isinstance(work, Read | IdempotentWrite):
-            return self.call(work.run, run)
-        self.call_once(self.write_of(work), work.committed, run)
+            return self._call(work.run, work.name, run)
+        self._call_once(self._write_of(work), work.committed, work.name, run)
         return None
 
-    def write_of(self, work: KeyedWrite[Conn] | Append[Conn]) -> Callable[[Conn], None]:
+    def _write_of(self, work: KeyedWrite[Conn] | Append[Conn]) -> Callable[[Conn], None]:
         """The one write that runs ``work`` alone (and again, when settling a lost attempt)."""
         ops = self._ops
         if isinstance(work, FencedAppend):  # the lease check and the rows: one statement
@@ -195,8 +375,10 @@ class PgExecutor:
         rows = list[tuple[RunStep, int]](work.rows)
         return lambda c: ops.append_many(c, rows)
 
-    def call(self, fn: Callable[[Conn], R], run: Running | None = None) -> R:
+    def _call(self, fn: Callable[[Conn], R], name: str, run: Running | None = None) -> R:
         """Run ``fn`` (safe to repeat) on a pooled connection; once more if the connection is lost.
+
+        ``name`` is the store operation, for error messages.
 
         Raises:
             Interrupted: every caller of ``run`` was cancelled and ``fn`` did not happen.
@@ -204,20 +386,21 @@ class PgExecutor:
             StoreError: the server refused the statement.
         """
         try:
-            return self._once(fn, run)
+            return self._once(fn, name, run)
         except _Lost:
             pass
         self._settling(run)
         try:
-            return self._once(fn)
+            return self._once(fn, name)
         except _Lost as lost:
             cause = lost.cause
         raise StoreUnavailableError(f"PostgreSQL connection lost twice: {cause}", cause) from cause
 
-    def call_once(
+    def _call_once(
         self,
         fn: Callable[[Conn], None],
         committed: Callable[[Conn], bool],
+        name: str,
         run: Running | None = None,
     ) -> None:
         """Run the write ``fn`` once: after a lost connection, ``committed`` says if it landed.
@@ -229,36 +412,25 @@ class PgExecutor:
             StoreError: the server refused the statement.
         """
         try:
-            return self._once(fn, run)
+            return self._once(fn, name, run)
         except _Lost:
             pass
         self._settling(run)
-        self._again(fn, committed)
+        self._again(fn, committed, name)
         return None
 
-    def settle(self, fn: Callable[[Conn], None], committed: Callable[[Conn], bool]) -> None:
-        """The write ``fn``, whose attempt on a connection of the caller's own was lost: once.
-
-        As the retry of :meth:`call_once`: ``committed`` first says whether the
-        lost attempt landed; if not, ``fn`` runs again (its key makes a late
-        landing of the lost attempt harmless). Never interrupted.
-
-        Raises:
-            StoreUnavailableError, StoreError: as :meth:`call_once`.
-        """
-        self._settling(None)
-        self._again(fn, committed)
-
-    def _again(self, fn: Callable[[Conn], None], committed: Callable[[Conn], bool]) -> None:
-        """The retry of a write whose first attempt was lost; see :meth:`call_once`."""
+    def _again(
+        self, fn: Callable[[Conn], None], committed: Callable[[Conn], bool], name: str
+    ) -> None:
+        """The retry of a write whose first attempt was lost; see :meth:`_call_once`."""
         try:
-            if not self._once(committed):  # the lost attempt did not commit: try again
-                self._once(fn)
+            if not self._once(committed, name):  # the lost attempt did not commit: try again
+                self._once(fn, name)
             return None
         except _Lost as lost:
             cause = lost.cause
         try:  # did the retry itself commit before its connection died?
-            if self._once(committed):
+            if self._once(committed, name):
                 return None
         except _Lost:
             raise StoreUnavailableError(
@@ -276,7 +448,7 @@ class PgExecutor:
                 run.interruptible = False
         self._pool.check()  # drop every other connection the same event killed
 
-    def _once(self, fn: Callable[[Conn], R], run: Running | None = None) -> R:
+    def _once(self, fn: Callable[[Conn], R], name: str, run: Running | None = None) -> R:
         conn = None
         wait = None if run is None else run.wait
         started = time.monotonic()
@@ -299,7 +471,7 @@ class PgExecutor:
         except psycopg.Error as exc:
             if conn is not None and (conn.broken or conn.closed):
                 raise _Lost(exc) from None
-            raise classify(exc, operation(exc.__traceback__, "the call")) from exc
+            raise classify(exc, name) from exc
 
     def _interruptible(self, fn: Callable[[Conn], R], conn: Conn, run: Running) -> R:
         """``fn(conn)``, which :meth:`interrupt` may cancel on the server."""

@@ -1,9 +1,16 @@
 """The SQL of every ``PostgresStore`` operation, one autocommit statement each.
 
 Each operation is a single statement, so it is its own transaction: it
-commits whole or not at all. A fenced append is one statement too (see
-``_pg_append``). The other fenced writes are the exception: one transaction
-holding a share lock on the session's lease row, then the write.
+commits whole or not at all. Appends of several rows are one multi-row
+``INSERT`` (all rows or none, in order). A fenced append is one statement too:
+it reads the session's lease row ``FOR SHARE`` (a takeover must wait for it
+to commit) and inserts its rows only if that row still is the lease's grant,
+then returns the row, which ``check_fence`` judges to raise the right error;
+a lost attempt thus never leaves a transaction holding the lease row. The
+other fenced writes are one transaction holding a share lock on the session's
+lease row, then the write. Every appended row carries its random append key; a
+row whose key is already stored is skipped (``ON CONFLICT DO NOTHING``), so a
+retry never stores it twice.
 
 Imported only once psycopg is known to be installed.
 """
@@ -12,19 +19,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
+
+import psycopg
 
 from agentloop import FinalizeSummary, Lease, LeaseLostError, RunStep, Session, SessionInfo
 from agentloop._shared import check_fence, check_granted, check_renewable, preview
 from agentloopsql import _codec
-from agentloopsql._leases import Held
-from agentloopsql._pg_append import ROWS_PER_STATEMENT, AppendSql, single_row, step_params
 from agentloopsql._pg_schema import render
+from agentloopsql._store import Grant
 
-if TYPE_CHECKING:
-    import psycopg
-
-    Conn = psycopg.Connection[Any]
+Conn = psycopg.Connection[Any]
 
 _STEP_COLUMNS = (
     "session_id, step_index, step_type, content, content_nul, tool_args::text, "
@@ -82,7 +87,7 @@ _QUERIES = {
         "SELECT id, final_status, step_total, created_at, updated_at FROM {s}.sessions "
         "ORDER BY write_seq DESC LIMIT %s"
     ),
-    # The deleted session's revision is kept as its floor (see _batches).
+    # The deleted session's revision is kept as its floor (see agentloopsql._store).
     "delete_session": (
         "WITH gone_keys AS (DELETE FROM {s}.finalize_keys WHERE session_id = %(id)s), "
         "gone_steps AS (DELETE FROM {s}.steps WHERE session_id = %(id)s RETURNING 1), "
@@ -149,6 +154,73 @@ _QUERIES = {
 }
 
 
+# -- the append statements -------------------------------------------------------
+
+ROWS_PER_STATEMENT = 5_000  # 11 parameters a row, at most 65,535 a statement
+
+_COLUMNS = (
+    "session_id, step_index, step_type, content, content_nul, tool_args, duration_ms, "
+    "prompt_tokens, completion_tokens, created_at, append_key"
+)
+_ROW = "(%s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s)"
+# In a VALUES list that feeds an INSERT ... SELECT, nothing types the parameters
+# from the target columns: each one is cast to its column's type.
+_TYPED_ROW = (
+    "(%s::text, %s::integer, %s::text, %s::text, %s::bytea, %s::jsonb, %s::integer, "
+    "%s::integer, %s::integer, %s::timestamptz, %s::bigint)"
+)
+# check_fence passes exactly when the stored grant has the lease's token and
+# owner: the WHERE below is that rule, so a row is inserted iff the check passes.
+_FENCED = (
+    "WITH fence AS (SELECT owner, token, expires_at IS NULL AS released FROM {s}.leases "
+    "WHERE session_id = %s FOR SHARE), "
+    "added AS (INSERT INTO {s}.steps (" + _COLUMNS + ") SELECT * FROM (VALUES {rows}) AS v "
+    "WHERE EXISTS (SELECT 1 FROM fence WHERE token = %s AND owner = %s) "
+    "ON CONFLICT DO NOTHING) "
+    "SELECT owner, token, released FROM fence"
+)
+
+
+def step_params(step: RunStep, key: int | None) -> tuple[object, ...]:
+    """The parameters of one row of an append statement for ``step``."""
+    content, content_nul = _codec.split_nul(step.content)
+    return (
+        step.session_id,
+        step.step_index,
+        step.step_type.value,
+        content,
+        content_nul,
+        step.tool_args,
+        step.duration_ms,
+        step.prompt_tokens,
+        step.completion_tokens,
+        step.created_at,
+        key,
+    )
+
+
+def _plain(schema_sql: str, rows: int) -> str:
+    values = ", ".join([_ROW] * rows)
+    return f"INSERT INTO {schema_sql}.steps ({_COLUMNS}) VALUES {values} ON CONFLICT DO NOTHING"
+
+
+def _fenced(schema_sql: str, rows: int) -> str:
+    return _FENCED.format(s=schema_sql, rows=", ".join([_TYPED_ROW] * rows))
+
+
+def _params(items: list[tuple[RunStep, int]]) -> list[object]:
+    return [value for step, key in items for value in step_params(step, key)]
+
+
+def judge_fence(lease: Lease, row: tuple[Any, ...] | None) -> None:
+    """Raise what ``check_fence`` says of the lease row a fenced statement returned.
+
+    Raises:
+        LeaseLostError, ValueError: as ``check_fence``; the statement inserted nothing.
+    """
+    check_fence(lease, Grant(row[0], int(row[1]), row[2]) if row is not None else None)
+
+
 def _step(row: tuple[Any, ...]) -> RunStep:
     return RunStep(
         session_id=row[0],
@@ -168,9 +240,8 @@ class PgOps:
 
     def __init__(self, conn: Conn, schema: str) -> None:
         self.q = {name: render(conn, schema, text) for name, text in _QUERIES.items()}
-        quoted = render(conn, schema, "{s}")
-        self.q["append"] = single_row(quoted)
-        self._appends = AppendSql(quoted)
+        self._schema_sql = render(conn, schema, "{s}")
+        self.q["append"] = _plain(self._schema_sql, 1)
 
     def append(self, conn: Conn, step: RunStep, key: int) -> None:
         # The hot statement: prepared on its first run on a connection, not its fifth.
@@ -185,9 +256,10 @@ class PgOps:
         if len(items) > ROWS_PER_STATEMENT:
             with conn.transaction():
                 for start in range(0, len(items), ROWS_PER_STATEMENT):
-                    self._appends.insert(conn, items[start : start + ROWS_PER_STATEMENT])
+                    chunk = items[start : start + ROWS_PER_STATEMENT]
+                    conn.execute(_plain(self._schema_sql, len(chunk)), _params(chunk))
             return
-        self._appends.insert(conn, items)
+        conn.execute(_plain(self._schema_sql, len(items)), _params(items))
 
     def append_fenced(self, conn: Conn, lease: Lease, items: list[tuple[RunStep, int]]) -> None:
         """``items`` appended only while ``lease`` holds, as :meth:`fenced_write` would.
@@ -201,14 +273,11 @@ class PgOps:
         if len(items) > ROWS_PER_STATEMENT:
             self.fenced_write(conn, lease, lambda c: self.append_many(c, items))
             return
-        self._appends.insert_fenced(conn, lease, items)
-
-    def fenced_statement(
-        self, lease: Lease, items: list[tuple[RunStep, int]]
-    ) -> tuple[str, list[object]]:
-        """The one statement of :meth:`append_fenced` (up to ``ROWS_PER_STATEMENT`` rows) and
-        its parameters, for a caller that runs it itself; ``judge_fence`` judges its row."""
-        return self._appends.fenced(lease, items)
+        params = [lease.session_id, *_params(items), lease.token, lease.owner]
+        # One row is the hot case: prepared on its first run on a connection.
+        query = _fenced(self._schema_sql, len(items))
+        row = conn.execute(query, params, prepare=len(items) == 1 or None).fetchone()
+        judge_fence(lease, row)
 
     def append_landed(self, conn: Conn, session_id: str, key: int) -> bool:
         return conn.execute(self.q["append_landed"], (session_id, key)).fetchone() is not None
@@ -328,9 +397,9 @@ class PgOps:
         with conn.transaction():
             params = (str(FENCE_IDLE_MS), lease.session_id)
             row = conn.execute(self.q["lease_fence"], params).fetchone()
-            check_fence(lease, Held(row[0], int(row[1]), row[2]) if row is not None else None)
+            check_fence(lease, Grant(row[0], int(row[1]), row[2]) if row is not None else None)
             return write(conn)
 
-    def _held(self, conn: Conn, session_id: str) -> Held | None:
+    def _held(self, conn: Conn, session_id: str) -> Grant | None:
         row = conn.execute(self.q["lease_held"], (session_id,)).fetchone()
-        return Held(row[0], int(row[1]), row[2]) if row is not None else None
+        return Grant(row[0], int(row[1]), row[2]) if row is not None else None

@@ -1,28 +1,32 @@
 """``PostgresStore``: both protocols over a PostgreSQL schema, via a psycopg pool.
 
+**How ``open`` connects.** One connection is made first, directly (not by the
+pool's threads), bounded by libpq's ``connect_timeout`` (2 s unless the DSN or
+``PGCONNECT_TIMEOUT`` sets one), so a server that refuses, is missing, rejects
+the login or never answers is reported at once, with the server's own
+message, and no pool thread or socket is ever started for it. That connection
+checks and migrates the schema and is closed; only then is the pool filled.
+
 psycopg is imported lazily: ``import agentloopsql`` works without it, and
 ``PostgresStore.open`` then names the extra to install.
 """
 
 from __future__ import annotations
 
+import os
 import threading
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+import traceback
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import trio
 
-from agentloop import StoreUnavailableError
-from agentloop._backend import checkpoint_step, raise_pending_cancel
-from agentloop._shared import check_seconds, on_trio, preview
-from agentloopsql._base import SqlStoreBase
-from agentloopsql._jobs import AnyWork, Append, FencedAppend, IdempotentWrite, KeyedWrite, Read
-from agentloopsql._park import to_thread_shielded
-from agentloopsql._worker import Workers
+from agentloop import StoreError, StoreUnavailableError
+from agentloop._shared import check_seconds, preview
+from agentloopsql._store import SqlStore
+from agentloopsql._workers import Workers, to_thread_shielded
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable
-
     import psycopg
     import psycopg_pool
 
@@ -30,15 +34,20 @@ if TYPE_CHECKING:
 
     Conn = psycopg.Connection[Any]
 
-R = TypeVar("R")
-
-
-def _task_id() -> int:
-    """``id()`` of the calling trio task; 0 under asyncio (which keeps its checkpoint)."""
-    return id(trio.lowlevel.current_task()) if on_trio() else 0
-
-
 _MISSING = "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'agentloop-seam[postgres]'"
+
+DEFAULT_CONNECT_TIMEOUT = 2  # libpq's smallest: the first connection's bound, in seconds
+
+# Fragments of libpq's and the server's messages for failures retrying cannot fix.
+_PERMANENT = (
+    "password authentication failed",
+    "no password supplied",
+    "authentication failed",
+    "no pg_hba.conf entry",
+    "does not exist",  # database "x" / role "x"
+    "permission denied for database",
+    "not permitted to log in",
+)
 
 
 def _import_driver() -> None:
@@ -49,7 +58,7 @@ def _import_driver() -> None:
         raise ImportError(_MISSING) from None
 
 
-class PostgresStore(SqlStoreBase["Conn"]):
+class PostgresStore(SqlStore["Conn"]):
     """A durable, shared ``StepStore`` and ``SessionStore`` in one PostgreSQL schema.
 
     Open with ``await PostgresStore.open(dsn)``. Implements both protocols and
@@ -68,15 +77,6 @@ class PostgresStore(SqlStoreBase["Conn"]):
     a ``StoreError`` naming the rule; ``StoreUnavailableError`` means retrying
     later may succeed (a lost connection, a timeout, a server going away).
 
-    **A lone append runs on the event loop thread**: an ``append`` (or a fenced
-    ``append`` of the leased session) made while no other call is under way uses one more
-    connection the store keeps for it (so plan for ``pool_size + 1``), driven
-    without blocking by the calling loop, trio or asyncio, with no thread hop.
-    It has the pool's settings and serves one call at a time; appends made
-    while other calls are under way take the worker path. It is opened in the
-    background when an append first finds none, and again after it was dropped.
-    Errors, cancellation and the retry after a lost connection are as below.
-
     **Durable when it returns** means PostgreSQL acknowledged the commit: with
     the server's default ``synchronous_commit = on`` its WAL was flushed to
     disk (and to synchronous standbys, if configured). A server running with
@@ -93,92 +93,29 @@ class PostgresStore(SqlStoreBase["Conn"]):
     retried ``delete_session`` may report ``False`` for what the lost attempt
     deleted). Nothing is lost silently.
 
-    **Cancellation handling** (the rule is :class:`SqlStoreBase`'s): once a
+    **Cancellation handling** (the rule is ``SqlStore``'s): once a
     worker has taken a call, the server is asked to cancel its statement
     (for batched appends, only once every caller in the batch is cancelled).
     A statement the server cancelled rolled back, so the call raises the
     backend's cancellation; one that had already committed returns normally. A
     call being retried after a lost connection is not cancelled on the server
-    (its first attempt's outcome is still being settled). A lone append on the
-    event loop thread is cancelled on the server the same way once sent (before,
-    it did nothing); its caller waits, shielded, up to 10 s for the statement's
-    end, then counts the connection as lost (the retry above settles the call).
-    After a cancel request that connection is closed, never reused.
+    (its first attempt's outcome is still being settled). After a cancel
+    request that connection is closed, never reused.
     """
 
     def __init__(
-        self,
-        pool: psycopg_pool.ConnectionPool[Any],
-        ops: PgOps,
-        schema: str,
-        size: int,
-        connect: tuple[str, dict[str, Any], int | None],
+        self, pool: psycopg_pool.ConnectionPool[Any], ops: PgOps, schema: str, size: int
     ) -> None:
-        """Use :meth:`open`. ``connect`` is the DSN, connection keywords and statement timeout."""
-        from agentloopsql._pg_errors import waited_error
-        from agentloopsql._pg_exec import PgExecutor
-        from agentloopsql._pg_fast import FastAppends
+        """Use :meth:`open`."""
+        from agentloopsql._pg_exec import PgExecutor, waited_error
 
-        self._pool = pool
-        self._ops = ops
-        self._schema = schema
         expired = (pool.timeout, lambda waited: waited_error(waited, pool.timeout))
-        executor = PgExecutor(pool, ops)
-        self._workers: Workers[Conn] = Workers(
-            executor, size, "PostgresStore", queue_timeout=expired
+        workers: Workers[Conn] = Workers(
+            PgExecutor(pool, ops), size, "PostgresStore", queue_timeout=expired
         )
-        self._fast = FastAppends(*connect, ops, executor)
-        # Calls under way (any thread): the fast path serves an append made alone.
-        # One that ends while others wait for a worker has not returned to its caller
-        # yet, so callers woken together by one group commit find each other here.
-        self._counting = threading.Lock()
-        self._under_way = 0
-        # id() of the trio task whose lone fast append was the store's last call, else 0
-        # (an id, not the task: a finished task is not kept; a new task given a reused
-        # id may skip the burst checkpoint once, never the cancellation point)
-        self._in_sequence = 0
-        self._closed = False
-
-    @overload
-    async def _run(self, work: Read[Conn, R] | IdempotentWrite[Conn, R]) -> R: ...
-    @overload
-    async def _run(self, work: KeyedWrite[Conn] | Append[Conn]) -> None: ...
-    async def _run(self, work: AnyWork[Conn]) -> object:
-        """An append made while no other call is under way runs on the event loop thread
-        (``_pg_fast``) if its connection is free; everything else on the worker threads,
-        where appends made together share a commit."""
-        with self._counting:
-            self._under_way += 1
-            alone = self._under_way == 1
-        try:
-            if alone and isinstance(work, Append | FencedAppend) and len(work.rows) == 1:
-                await self._fast_checkpoint()
-                alone = self._under_way == 1 and self._workers.idle
-                conn = self._fast.take() if alone else None
-                if conn is not None:
-                    self._in_sequence = 0
-                    await self._fast.append(conn, work)
-                    self._in_sequence = _task_id()
-                    return None
-            self._in_sequence = 0
-            return await self._workers.call(work)
-        finally:
-            with self._counting:
-                self._under_way -= 1
-
-    def _fast_checkpoint(self) -> Awaitable[None]:
-        """The cancellation point (and schedule point) before a lone append decides its path.
-
-        Normally a full checkpoint: callers started together (a burst of tasks) all
-        count themselves in before this one decides it is alone. Under trio, when
-        the store's last call was this same task's lone fast append (one task
-        appending in sequence), only the cancellation point: the wait for the
-        server's answer is the call's schedule point (``FastAppends.append`` makes
-        one if it never waited).
-        """
-        if self._in_sequence and self._in_sequence == _task_id():
-            return raise_pending_cancel()
-        return checkpoint_step()
+        super().__init__(workers, ops)
+        self._pool = pool
+        self._schema = schema
 
     @classmethod
     async def open(
@@ -234,13 +171,11 @@ class PostgresStore(SqlStoreBase["Conn"]):
         timeout, statement_ms = _checked_options(
             dsn, schema, pool_size, pool_timeout, statement_timeout
         )
-        from agentloopsql import _pg_connect as connect
-
-        kwargs = connect.connection_kwargs(dsn)
-        name, ops = await connect.first_connection(dsn, kwargs, schema, statement_ms)
-        pool = connect.new_pool(dsn, kwargs, pool_size, timeout, statement_ms)
+        kwargs = connection_kwargs(dsn)
+        name, ops = await first_connection(dsn, kwargs, schema, statement_ms)
+        pool = new_pool(dsn, kwargs, pool_size, timeout, statement_ms)
         await _fill_or_close(pool, dsn, kwargs, pool_size, timeout)
-        return cls(pool, ops, name, pool_size, (dsn, kwargs, statement_ms))
+        return cls(pool, ops, name, pool_size)
 
     @property
     def schema(self) -> str:
@@ -255,7 +190,6 @@ class PostgresStore(SqlStoreBase["Conn"]):
         **Cancellation handling**: shielded; once called, the store ends closed.
         """
         self._closed = True
-        await self._fast.aclose()  # first: a call it lost settles on the pool
         await self._workers.close()  # every call under way finishes first
         await to_thread_shielded(self._pool.close)
 
@@ -300,17 +234,205 @@ async def _fill_or_close(
     pool_timeout: float,
 ) -> None:
     """Start the pool, wait ``pool_timeout`` for ``size`` connections; close it on failure."""
-    from agentloopsql import _pg_connect as connect
-
     try:
         pool.open(wait=False)  # only starts the pool's connecting threads
         with anyio.move_on_after(pool_timeout) as waiting:
-            await connect.fill(pool, dsn, kwargs, size)
+            await fill(pool, dsn, kwargs, size)
         if waiting.cancelled_caught:
             raise StoreUnavailableError(
                 f"could not connect to PostgreSQL: {size} connection(s) not ready "
                 f"after {pool_timeout} s (pool_timeout)"
             )
     except BaseException:
-        await to_thread_shielded(connect.close_pool, pool, kwargs)
+        await to_thread_shielded(close_pool, pool, kwargs)
         raise
+
+
+# -- connecting ------------------------------------------------------------------
+
+
+def connection_kwargs(dsn: str) -> dict[str, Any]:
+    """The keyword arguments every connection of the store is made with.
+
+    Raises:
+        ValueError: ``dsn`` is not a valid connection string.
+    """
+    import psycopg
+
+    try:
+        given = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise ValueError(f"dsn is not a valid PostgreSQL connection string: {exc}") from None
+    kwargs: dict[str, Any] = {"autocommit": True}
+    if "application_name" not in given and not os.environ.get("PGAPPNAME"):
+        kwargs["application_name"] = "agentloopsql"
+    if "connect_timeout" not in given and not os.environ.get("PGCONNECT_TIMEOUT"):
+        kwargs["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT
+    return kwargs
+
+
+def connect_error(exc: psycopg.Error) -> StoreError:
+    """The store error for a failed connection: permanent ones (missing database or
+    role, a refused login) are ``StoreError``, the rest ``StoreUnavailableError``."""
+    # The driver's frames still hold the failed connection's socket; drop them
+    # now rather than when the garbage collector next finds the cycle.
+    traceback.clear_frames(exc.__traceback__)
+    message = f"could not connect to PostgreSQL: {exc}".strip()
+    lowered = message.lower()
+    if any(fragment in lowered for fragment in _PERMANENT):
+        error = StoreError(f"{message} (retrying will not help)")
+        error.__cause__ = exc
+        return error
+    return StoreUnavailableError(message, exc)
+
+
+def configure(conn: Conn, *, statement_ms: int | None) -> None:
+    """Session settings every connection of the store runs with."""
+    conn.execute("SET TIME ZONE 'UTC'")
+    if statement_ms is not None:
+        conn.execute(f"SET statement_timeout = {statement_ms:d}")
+
+
+async def first_connection(
+    dsn: str, kwargs: dict[str, Any], schema: str | None, statement_ms: int | None
+) -> tuple[str, PgOps]:
+    """Connect once, check and migrate the schema, close.
+
+    Raises:
+        StoreError: a permanent refusal, or a foreign, damaged or newer schema.
+        StoreUnavailableError: the server could not be reached or failed.
+
+    **Cancellation handling**: while connecting, returns at once (the thread
+    finishes within the connect timeout and closes what it opened); once the
+    migration has started it runs to its end first.
+    """
+    attempt = _Attempt()
+    try:
+        conn = await anyio.to_thread.run_sync(attempt.connect, dsn, kwargs, abandon_on_cancel=True)
+    except anyio.get_cancelled_exc_class():
+        attempt.abandon()
+        raise
+    return await to_thread_shielded(_prepare, conn, schema, statement_ms)
+
+
+class _Attempt:
+    """One connection attempt a cancelled caller may walk away from."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._abandoned = False
+        self._conn: Conn | None = None
+
+    def connect(self, dsn: str, kwargs: dict[str, Any]) -> Conn:
+        import psycopg
+
+        try:
+            conn = psycopg.connect(dsn, **kwargs)
+        except psycopg.Error as exc:
+            raise connect_error(exc) from exc
+        with self._lock:
+            self._conn = conn
+            if self._abandoned:
+                conn.close()
+        return conn
+
+    def abandon(self) -> None:
+        with self._lock:
+            self._abandoned = True
+            if self._conn is not None:
+                self._conn.close()
+
+
+def _prepare(conn: Conn, schema: str | None, statement_ms: int | None) -> tuple[str, PgOps]:
+    """Check and migrate the schema on ``conn``, then close it; runs in a worker thread."""
+    import psycopg
+
+    from agentloopsql._pg_ops import PgOps
+    from agentloopsql._pg_schema import migrate
+
+    try:
+        with conn:
+            configure(conn, statement_ms=statement_ms)
+            name = schema if schema is not None else current_schema(conn)
+            migrate(conn, name)
+            return name, PgOps(conn, name)
+    except psycopg.OperationalError as exc:
+        raise StoreUnavailableError(
+            f"PostgreSQL failed while opening the store: {exc}", exc
+        ) from exc
+    except psycopg.Error as exc:
+        error = StoreError(f"PostgreSQL refused to create or migrate the store's schema: {exc}")
+        raise error from exc
+
+
+def current_schema(conn: Conn) -> str:
+    """The connection's current schema, if it may hold a store.
+
+    Raises:
+        StoreError: there is none, or it is a system schema or not a valid name.
+    """
+    from agentloopsql._pg_schema import validate_schema
+
+    row = conn.execute("SELECT current_schema()").fetchone()
+    if row is None or row[0] is None:
+        raise StoreError("the connection has no current schema; pass schema=")
+    try:
+        return validate_schema(row[0])
+    except (TypeError, ValueError) as exc:
+        raise StoreError(
+            f"the connection's current schema cannot hold a store ({exc}); pass schema="
+        ) from None
+
+
+def new_pool(
+    dsn: str, kwargs: dict[str, Any], size: int, timeout: float, statement_ms: int | None
+) -> psycopg_pool.ConnectionPool[Any]:
+    """A closed pool of exactly ``size`` connections."""
+    import psycopg_pool
+
+    return psycopg_pool.ConnectionPool(
+        dsn,
+        min_size=size,
+        max_size=size,
+        kwargs=kwargs,
+        configure=partial(configure, statement_ms=statement_ms),
+        open=False,
+        timeout=timeout,
+        name="agentloopsql",
+    )
+
+
+async def fill(
+    pool: psycopg_pool.ConnectionPool[Any], dsn: str, kwargs: dict[str, Any], size: int
+) -> None:
+    """Wait, cancellably, until the pool holds ``size`` idle connections.
+
+    Polled from the event loop rather than ``pool.wait()`` in a thread: that call cannot
+    be interrupted. When the pool's threads fail to connect, one direct attempt
+    finds out why: if it fails too, its error is raised at once.
+
+    Raises:
+        StoreError, StoreUnavailableError: as :func:`connect_error`.
+    """
+    errors = 0
+    # The pool's own threads fill it and offer no loop-side wake-up: poll.
+    while (stats := pool.get_stats()).get("pool_available", 0) < size:
+        if stats.get("connections_errors", 0) > errors:
+            errors = stats["connections_errors"]
+            await anyio.to_thread.run_sync(partial(_try_connect, dsn, kwargs))
+        await anyio.sleep(0.005)
+
+
+def _try_connect(dsn: str, kwargs: dict[str, Any]) -> None:
+    import psycopg
+
+    try:
+        psycopg.connect(dsn, **kwargs).close()
+    except psycopg.Error as exc:
+        raise connect_error(exc) from exc
+
+
+def close_pool(pool: psycopg_pool.ConnectionPool[Any], kwargs: dict[str, Any]) -> None:
+    """Close ``pool``, waiting for its threads (a connecting one ends within its timeout)."""
+    limit = kwargs.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT)
+    pool.close(timeout=float(limit) + 1.0)

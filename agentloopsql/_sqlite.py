@@ -1,33 +1,163 @@
-"""``SqliteStore``: both protocols over one SQLite file, one connection thread."""
+"""``SqliteStore``: both protocols over one SQLite file, one connection thread.
+
+This module holds the store, the SQL of every operation (leases included),
+how ``steps`` rows become ``RunStep`` values, and the inline reader.
+
+**Rows back into values.** Every row ``SqliteStore`` inserts came from a
+``RunStep`` that passed its validators, so reading it back through them again
+(about 4 us a step, most of a ``last_n(20)``) buys nothing. But the file is
+shared: another program, or a hand-written ``INSERT``, can put a row there
+that was never valid. So trust is decided per row, on what the row holds,
+never on where it came from (:func:`steps_of`): each integer field is an
+``int`` in ``RunStep``'s range, ``step_type`` one of
+:class:`~agentloop.StepType`'s values, ``content`` a ``str``, ``created_us``
+within ``datetime``'s range, ``tool_args`` JSON text by ``RunStep``'s own rule
+(``validate_json``, which takes ``"{}"`` at once); the session id is the one
+the query asked for (already validated), and text read through ``sqlite3`` is
+always valid UTF-8. A row that passes all of these is built by
+``trusted_builder``; any other row goes through ``RunStep(...)`` and raises
+what its validators say. (These checks run in Python: the same rules as a SQL
+expression in the query cost SQLite more than they save.)
+
+**Inline reads** (the one exception to "no blocking I/O on the event-loop
+thread"; measured in ``docs/decisions.md``). A hop to the worker thread and
+back costs more than reading the newest steps of a session. So ``last_n``
+(windows up to ``SHORT_WINDOW`` steps) and ``get`` run on a second
+connection, opened read-only (``mode=ro``) on the same WAL file, directly on
+the event-loop thread, only when they cannot wait: the connection's
+``busy_timeout`` is 0, so a read that would wait for a lock (exclusive
+locking mode, WAL recovery) fails at once and the call goes to the worker
+thread instead; both reads walk an index; any other SQLite error, or the
+connection being in use by another thread (a store shared between event
+loops in several threads), also sends the call to the worker, which reports
+failures as usual. A WAL reader never waits for the writer and sees every
+commit made before it starts, so a caller reads its own acknowledged writes.
+``":memory:"`` databases have no second connection: every call goes to the
+worker.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import sqlite3
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Final, TypeVar
 
-from agentloop import FinalizeSummary, RunStep, Session, SessionInfo
-from agentloop._backend import checkpoint
-from agentloop._shared import check_seconds, preview
+import anyio
+import trio
+
+from agentloop import FinalizeSummary, Lease, RunStep, Session, SessionInfo, StepType, validate_json
+from agentloop._shared import (
+    INT32_MAX,
+    check_fence,
+    check_granted,
+    check_renewable,
+    check_seconds,
+    on_trio,
+    preview,
+    trusted_builder,
+)
 from agentloopsql import _codec
-from agentloopsql import _sqlite_rows as _rows
-from agentloopsql._base import SqlStoreBase
-from agentloopsql._jobs import Read
-from agentloopsql._park import to_thread_shielded
 from agentloopsql._sqlite_exec import SqliteExecutor
-from agentloopsql._sqlite_lease import SqliteLeaseOps
-from agentloopsql._sqlite_paths import checked_path
-from agentloopsql._sqlite_reader import InlineReader, InlineReads
-from agentloopsql._sqlite_schema import SYNCHRONOUS, connect
-from agentloopsql._worker import Workers
+from agentloopsql._sqlite_schema import SYNCHRONOUS, checked_path, connect
+from agentloopsql._store import Grant, SqlStore
+from agentloopsql._workers import Read, Workers, to_thread_shielded
+
+R = TypeVar("R")
+
+_MICROSECOND = timedelta(microseconds=1)  # times an int: cheaper than timedelta(0, 0, n)
+MICROS_MIN = _codec.to_micros(datetime.min.replace(tzinfo=UTC))
+MICROS_MAX = _codec.to_micros(datetime.max.replace(tzinfo=UTC))
+
+
+READ_COLUMNS = (
+    "step_index, step_type, content, tool_args, duration_ms, prompt_tokens, "
+    "completion_tokens, created_us"
+)
+"""What a read selects, in the order :func:`steps` takes: the fields but the session id."""
+
+_KINDS = {kind.value: kind for kind in StepType}
+_build = trusted_builder(RunStep)
+
+
+def _checked(session_id: str, row: tuple[Any, ...]) -> RunStep:
+    """The row through ``RunStep``'s validators: raises what they say about it."""
+    return RunStep(
+        session_id=session_id,
+        step_index=row[0],
+        step_type=row[1],
+        content=row[2],
+        tool_args=row[3],
+        duration_ms=row[4],
+        prompt_tokens=row[5],
+        completion_tokens=row[6],
+        created_at=_codec.from_micros(row[7]),
+    )
+
+
+def _json_ok(text: object) -> bool:
+    try:
+        validate_json(text, "tool_args")
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def steps_of(session_id: str, rows: list[tuple[Any, ...]]) -> list[RunStep]:
+    """The ``RunStep`` of each row of :data:`READ_COLUMNS`, in order, of the session asked for.
+
+    Raises:
+        TypeError, ValueError, OverflowError: a row breaks ``RunStep``'s rules
+            (it was not written by this store); the message names the field.
+    """
+    found = []
+    for row in rows:
+        index, kind, content, args, duration, prompt, completion, micros = row
+        step_type = _KINDS.get(kind)
+        if (
+            step_type is not None
+            and index.__class__ is duration.__class__ is prompt.__class__ is int
+            and completion.__class__ is micros.__class__ is int
+            and 0 <= index <= INT32_MAX
+            and 0 <= duration <= INT32_MAX
+            and 0 <= prompt <= INT32_MAX
+            and 0 <= completion <= INT32_MAX
+            and MICROS_MIN <= micros <= MICROS_MAX
+            and content.__class__ is str
+            and (args == "{}" or _json_ok(args))
+        ):
+            created = _codec.EPOCH + _MICROSECOND * micros
+            found.append(
+                _build(
+                    session_id,
+                    index,
+                    step_type,
+                    content,
+                    args,
+                    duration,
+                    prompt,
+                    completion,
+                    created,
+                )
+            )
+        else:
+            found.append(_checked(session_id, row))
+    return found
+
 
 _STEP_COLUMNS = (
     "session_id, step_index, step_type, content, tool_args, "
     "duration_ms, prompt_tokens, completion_tokens, created_us"
 )
 _INSERT_STEP = f"INSERT INTO steps ({_STEP_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-_LAST_N = f"SELECT {_rows.READ_COLUMNS} FROM steps WHERE session_id = ? ORDER BY seq DESC LIMIT ?"
-_ALL = f"SELECT {_rows.READ_COLUMNS} FROM steps WHERE session_id = ? ORDER BY seq"
+_LAST_N = f"SELECT {READ_COLUMNS} FROM steps WHERE session_id = ? ORDER BY seq DESC LIMIT ?"
+_ALL = f"SELECT {READ_COLUMNS} FROM steps WHERE session_id = ? ORDER BY seq"
 # Above every write_seq stored and every deleted session's (so revisions never repeat).
 _NEXT_WRITE = (
     "(SELECT max(coalesce((SELECT max(write_seq) FROM sessions), 0), "
@@ -55,8 +185,14 @@ def step_params(step: RunStep) -> tuple[object, ...]:
     )
 
 
-class SqliteOps(SqliteLeaseOps):
-    """The SQL of every operation; each runs inside the connection thread's transaction."""
+class SqliteOps:
+    """The SQL of every operation; each runs inside the connection thread's transaction.
+
+    Every lease call and every fenced write runs inside the ``BEGIN IMMEDIATE``
+    transaction the executor opened (each is a write), so no other handle or
+    process can come between its read of the lease row and its write. Expiry is
+    judged on this machine's clock, read in the connection thread.
+    """
 
     def append(self, conn: sqlite3.Connection, step: RunStep, key: int) -> None:
         conn.execute(_INSERT_STEP, step_params(step))
@@ -67,10 +203,10 @@ class SqliteOps(SqliteLeaseOps):
     def last_n(self, conn: sqlite3.Connection, session_id: str, n: int) -> list[RunStep]:
         rows = conn.execute(_LAST_N, (session_id, n)).fetchall()
         rows.reverse()
-        return _rows.steps(session_id, rows)
+        return steps_of(session_id, rows)
 
     def all(self, conn: sqlite3.Connection, session_id: str) -> list[RunStep]:
-        return _rows.steps(session_id, conn.execute(_ALL, (session_id,)).fetchall())
+        return steps_of(session_id, conn.execute(_ALL, (session_id,)).fetchall())
 
     def get(self, conn: sqlite3.Connection, session_id: str) -> Session | None:
         row = conn.execute(
@@ -175,11 +311,123 @@ class SqliteOps(SqliteLeaseOps):
         self.update_data(conn, session_id, snapshot)
         return True, self.revision(conn, session_id)
 
+    def acquire_lease(
+        self, conn: sqlite3.Connection, session_id: str, owner: str, ttl: float
+    ) -> tuple[int, datetime] | None:
+        now = _codec.to_micros(_codec.now())
+        expires = now + round(ttl * 1_000_000)
+        row = conn.execute(
+            "SELECT owner, token, expires_us FROM leases WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        if row is None:
+            token = 1
+            conn.execute("INSERT INTO leases VALUES (?, ?, ?, ?)", (session_id, owner, 1, expires))
+        else:
+            held_owner, token, held_until = row
+            if held_until is not None and now < held_until:
+                if held_owner != owner:
+                    return None
+            else:
+                token += 1  # free, released or expired: a new grant, even for the same owner
+            conn.execute(
+                "UPDATE leases SET owner = ?, token = ?, expires_us = ? WHERE session_id = ?",
+                (owner, token, expires, session_id),
+            )
+        return token, _codec.from_micros(expires)
+
+    def renew_lease(self, conn: sqlite3.Connection, lease: Lease, ttl: float) -> datetime:
+        check_renewable(lease, _held(conn, lease.session_id))
+        expires = _codec.to_micros(_codec.now()) + round(ttl * 1_000_000)
+        conn.execute(
+            "UPDATE leases SET expires_us = ? WHERE session_id = ?", (expires, lease.session_id)
+        )
+        return _codec.from_micros(expires)
+
+    def release_lease(self, conn: sqlite3.Connection, lease: Lease) -> None:
+        held = _held(conn, lease.session_id)
+        check_granted(lease, held)
+        if held is not None and held.token == lease.token:
+            conn.execute(
+                "UPDATE leases SET expires_us = NULL WHERE session_id = ?", (lease.session_id,)
+            )
+
+    def fenced_write(
+        self, conn: sqlite3.Connection, lease: Lease, write: Callable[[sqlite3.Connection], R]
+    ) -> R:
+        check_fence(lease, _held(conn, lease.session_id))
+        return write(conn)
+
+
+def _held(conn: sqlite3.Connection, session_id: str) -> Grant | None:
+    """The session's lease row (one primary-key lookup), or ``None`` if never leased."""
+    row = conn.execute(
+        "SELECT owner, token, expires_us IS NULL FROM leases WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    return Grant(row[0], row[1], bool(row[2])) if row is not None else None
+
 
 _OPS = SqliteOps()
 
 
-class SqliteStore(InlineReads, SqlStoreBase[sqlite3.Connection]):
+class _Miss:
+    """The read could not run inline; the worker thread will run it."""
+
+
+MISS: Final = _Miss()
+
+
+class InlineReader:
+    """A read-only connection used on the event-loop thread; see the module docstring."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn: sqlite3.Connection | None = conn
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, path: str) -> InlineReader | None:
+        """A reader on ``path``, or ``None`` when none can be opened (then reads use the worker).
+
+        Blocking: call it from a worker thread.
+        """
+        if path == ":memory:":
+            return None
+        uri = Path(path).absolute().as_uri() + "?mode=ro"
+        try:
+            conn = sqlite3.connect(
+                uri, uri=True, timeout=0, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error:
+            return None
+        return cls(conn)
+
+    def read(self, fn: Callable[[sqlite3.Connection], R]) -> R | _Miss:
+        """``fn`` on the read-only connection, or :data:`MISS` if it cannot run now.
+
+        Raises:
+            Exception: whatever ``fn`` raises other than ``sqlite3.Error``
+                (a row that breaks ``RunStep``'s rules).
+        """
+        if not self._lock.acquire(blocking=False):
+            return MISS
+        try:
+            if self._conn is None:
+                return MISS
+            return fn(self._conn)
+        except sqlite3.Error:
+            return MISS
+        finally:
+            self._lock.release()
+
+    def close(self) -> None:
+        """Close the connection (waiting for a read another thread runs on it); idempotent."""
+        with self._lock:
+            if self._conn is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.close()
+                self._conn = None
+
+
+class SqliteStore(SqlStore[sqlite3.Connection]):
     """A durable ``StepStore`` and ``SessionStore`` in one SQLite file.
 
     Open with ``await SqliteStore.open(path)``. Implements both protocols and
@@ -206,17 +454,18 @@ class SqliteStore(InlineReads, SqlStoreBase[sqlite3.Connection]):
     Use the store from trio or asyncio (through anyio or directly), in the
     event loop that opened it or later ones.
 
-    **Inline reads** (the exception DESIGN §6 allows): ``last_n`` (windows up
-    to 256 steps) and ``get`` run on a second, read-only connection directly
-    on the event loop thread, which saves the hop to the connection thread and
-    back. That connection never waits for a lock (``busy_timeout`` 0): a read
-    that would wait, or fails, goes to the connection thread instead. Both
+    **Inline reads** (the one exception to "no blocking I/O on the event-loop
+    thread"): ``last_n`` (windows up to 256 steps) and ``get`` run on a second,
+    read-only connection directly on the event-loop thread, which saves the hop
+    to the connection thread and back. That connection never waits for a lock
+    (``busy_timeout`` 0): a read that would wait, or fails, goes to the
+    connection thread instead. Both
     are short indexed reads; their cost grows with the bytes of the steps
     read (see the README for the measured worst case).
 
     SQLite never loses its connection mid-call, so no outcome is ever unknown.
 
-    **Cancellation handling** (the rule is :class:`SqlStoreBase`'s): a call
+    **Cancellation handling** (the rule is ``SqlStore``'s): a call
     the connection thread has taken but that waits for another connection's
     lock (another process writing) did nothing yet: when its caller is
     cancelled it is dropped from its batch within a few milliseconds and
@@ -229,8 +478,6 @@ class SqliteStore(InlineReads, SqlStoreBase[sqlite3.Connection]):
     the lock, and the call did nothing.
     """
 
-    _ops = _OPS
-
     def __init__(
         self,
         path: str,
@@ -238,10 +485,25 @@ class SqliteStore(InlineReads, SqlStoreBase[sqlite3.Connection]):
         reader: InlineReader | None = None,
     ) -> None:
         """Use :meth:`open`."""
+        super().__init__(workers, _OPS)
         self._path = path
-        self._workers = workers
         self._reader = reader
-        self._closed = False
+
+    async def _read_short(self, run: Callable[[sqlite3.Connection], R], name: str) -> R:
+        """``run`` inline on the read-only connection if it can run now, else on the worker."""
+        reader = self._reader
+        if reader is not None and not self._closed and not self._workers.dead:
+            # The call's cancellation point, then the read, then its schedule point.
+            if trio_run := on_trio():
+                await trio.lowlevel.checkpoint_if_cancelled()
+            else:
+                await asyncio.sleep(0)
+            found = reader.read(run)
+            if not isinstance(found, _Miss):
+                if trio_run:
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+                return found
+        return await self._workers.call(Read(run, name=name))
 
     @classmethod
     async def open(
@@ -340,7 +602,7 @@ async def _start(workers: Workers[sqlite3.Connection], name: str) -> InlineReade
     try:
         await workers.call(Read(_ready))
         reader = await to_thread_shielded(InlineReader.open, name)
-        await checkpoint()  # a cancellation that came while the reader opened lands here
+        await anyio.lowlevel.checkpoint()  # a cancellation that came meanwhile lands here
     except BaseException:
         if reader is not None:
             reader.close()

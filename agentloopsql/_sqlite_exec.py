@@ -17,7 +17,7 @@ its callers get ``StoreUnavailableError`` naming the file and the lock.
 Jobs of the batch that did run (reads, or writes rerun alone after a failure)
 are answered before the wait. Between tries, every job whose caller was
 cancelled is dropped from the batch and answered at once with
-:class:`~agentloopsql._worker.Interrupted` (its caller gets
+:class:`~agentloopsql._workers.Interrupted` (its caller gets
 the backend's cancellation; nothing of it happened), and a cancellation wakes the
 waiting thread. A job whose transaction is running is never interrupted: it
 commits or rolls back whole, and its caller gets that outcome.
@@ -35,10 +35,8 @@ from typing import Any
 import outcome
 
 from agentloop import StoreError, StoreUnavailableError
-from agentloopsql._jobs import writes
-from agentloopsql._park import hand_back
-from agentloopsql._sqlite_paths import show_path
-from agentloopsql._worker import Interrupted, Job, dead_worker_error
+from agentloopsql._sqlite_schema import show_path
+from agentloopsql._workers import Interrupted, Job, dead_worker_error, hand_back, writes
 
 SqliteJob = Job[sqlite3.Connection]
 

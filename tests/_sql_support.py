@@ -24,7 +24,7 @@ import trio.testing
 
 from agentloop import RunStep
 from agentloopsql import PostgresStore, SqliteStore
-from agentloopsql._jobs import Read
+from agentloopsql._workers import Read
 
 DSN_VARIABLE = "AGENTLOOP_PG_DSN"
 
@@ -128,7 +128,7 @@ async def occupy_worker(
         started.set()
         gate.wait()
 
-    nursery.start_soon(partial(store._run, Read(hold)))
+    nursery.start_soon(partial(store._workers.call, Read(hold)))
     await anyio.to_thread.run_sync(started.wait)
 
 

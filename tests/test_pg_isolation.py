@@ -25,7 +25,7 @@ from _sql_support import fresh_schema, occupy_worker
 
 from agentloop import RunStep, StoreError, StoreUnavailableError
 from agentloopsql import PostgresStore
-from agentloopsql._pg_errors import classify
+from agentloopsql._pg_exec import classify
 from agentloopsql._pg_ops import PgOps
 
 GOOD = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf")

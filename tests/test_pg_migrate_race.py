@@ -9,7 +9,7 @@ import pytest
 from _sql_support import fresh_schema, pg_dsn
 
 from agentloop import RunStep
-from agentloopsql import PostgresStore, _pg_shape
+from agentloopsql import PostgresStore, _pg_schema
 from agentloopsql._pg_schema import SCHEMA_VERSION, migrate
 
 
@@ -30,7 +30,7 @@ async def test_a_migration_committing_during_the_unlocked_check_is_not_damage(
     """Another process migrates between the check's read of the tables and of the version:
     the open is not refused as "damaged"; it judges the schema again under the lock."""
     assert SCHEMA_VERSION == 5  # the downgrade below undoes exactly version 5
-    read_version = _pg_shape._read_version
+    read_version = _pg_schema._read_version
     raced: list[bool] = []
 
     def migrated_meanwhile(conn: Any, schema: str, *args: Any) -> int:
@@ -43,7 +43,7 @@ async def test_a_migration_committing_during_the_unlocked_check_is_not_damage(
     async with fresh_schema(dsn) as schema:
         await (await PostgresStore.open(dsn, schema=schema, pool_size=1)).aclose()
         _downgrade_to_version_4(dsn, schema)
-        monkeypatch.setattr(_pg_shape, "_read_version", migrated_meanwhile)
+        monkeypatch.setattr(_pg_schema, "_read_version", migrated_meanwhile)
         async with await PostgresStore.open(dsn, schema=schema, pool_size=1) as pg:
             await pg.append(RunStep("s", 0, "user", content="x"))
             assert await pg.revision("s") == 0

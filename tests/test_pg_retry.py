@@ -14,9 +14,9 @@ from _sql_support import fresh_schema, pg_dsn
 
 from agentloop import FinalizeSummary, RunStep
 from agentloopsql import PostgresStore
-from agentloopsql._jobs import IdempotentWrite, KeyedWrite
 from agentloopsql._pg_ops import PgOps
 from agentloopsql._pg_schema import SCHEMA_VERSION
+from agentloopsql._workers import IdempotentWrite, KeyedWrite
 
 
 @pytest.fixture
@@ -112,7 +112,7 @@ async def test_group_append_cut_on_client_side_is_stored_once(
     items = [(RunStep(f"s{i % 2}", i, "user", content=f"{i}"), 1000 + i) for i in range(4)]
 
     def append_group() -> Any:
-        return pg._run(
+        return pg._workers.call(
             KeyedWrite(
                 lambda conn: ops.append_many(conn, items),
                 lambda conn: ops.append_landed(conn, "s0", 1000),
@@ -153,7 +153,7 @@ async def test_repeated_append_key_is_a_no_op(dsn: str) -> None:
                 ops.append(conn, first, 7)
                 ops.append_many(conn, [(first, 7), (second, 8)])
 
-        await pg._run(IdempotentWrite(twice))
+        await pg._workers.call(IdempotentWrite(twice))
         await pg.append(RunStep("s", 0, "user", content="c"))  # same index, new append
         assert [(s.step_index, s.content) for s in await pg.all("s")] == [
             (0, "a"),
@@ -191,7 +191,7 @@ async def test_version_2_with_duplicates_migrates(dsn: str) -> None:
             version = raw(dsn, f'SELECT version FROM "{schema}".schema_version')
             assert version == [(SCHEMA_VERSION,)]
             ops = cast("PgOps", pg._ops)
-            await pg._run(
+            await pg._workers.call(
                 IdempotentWrite(lambda c: ops.append(c, RunStep("s", 1, "user", content="x"), 2))
             )
             assert len(await pg.all("s")) == 4

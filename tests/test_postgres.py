@@ -39,7 +39,7 @@ from agentloop import (
     SupportsPut,
 )
 from agentloopsql import PostgresStore
-from agentloopsql._jobs import IdempotentWrite, KeyedWrite
+from agentloopsql._workers import IdempotentWrite, KeyedWrite
 
 
 @pytest.fixture
@@ -330,7 +330,9 @@ class TestConnectionLoss:
             ops.append(conn, the_step, 42)
             conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
 
-        await pg._run(KeyedWrite(append_then_die, lambda conn: ops.append_landed(conn, "s", 42)))
+        await pg._workers.call(
+            KeyedWrite(append_then_die, lambda conn: ops.append_landed(conn, "s", 42))
+        )
         assert [s.content for s in await pg.all("s")] == ["once"]
 
     async def test_lost_finalize_retry_counts_once(
@@ -353,7 +355,7 @@ class TestConnectionLoss:
                 ops.finalize(other, "s", FinalizeSummary("error", step_count=1), 43)
             conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
 
-        await pg._run(
+        await pg._workers.call(
             KeyedWrite(finalize_overtaken_then_die, lambda conn: ops.finalize_landed(conn, "s", 42))
         )
         [info] = await pg.list_sessions()
@@ -370,7 +372,7 @@ class TestConnectionLoss:
             for _ in range(2):
                 ops.finalize(conn, "s", FinalizeSummary("completed", step_count=4), 7)
 
-        await store._run(IdempotentWrite(twice))
+        await store._workers.call(IdempotentWrite(twice))
         [info] = await store.list_sessions()
         assert info.step_count == 4
         assert await store.delete_session("s")
@@ -386,10 +388,10 @@ class TestConnectionLoss:
         with pytest.raises(
             StoreUnavailableError, match=r"^PostgreSQL connection lost twice"
         ) as info:
-            await pg._run(IdempotentWrite(die))
+            await pg._workers.call(IdempotentWrite(die))
         assert info.value.__cause__ is not None
         with pytest.raises(StoreUnavailableError, match=r"lost twice; nothing was written"):
-            await pg._run(KeyedWrite(die, lambda conn: False))
+            await pg._workers.call(KeyedWrite(die, lambda conn: False))
         await pg.append(step("s", 0))  # and the store is still usable
         assert len(await pg.all("s")) == 1
 
@@ -471,7 +473,7 @@ class TestCancellation:
 
         async def call() -> None:
             with scope:
-                results.append(await store._run(IdempotentWrite(append_then_wait)))
+                results.append(await store._workers.call(IdempotentWrite(append_then_wait)))
                 await trio.lowlevel.checkpoint()
                 results.append("not cancelled")
 

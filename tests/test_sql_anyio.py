@@ -16,8 +16,8 @@ from _sql_support import occupy_worker as occupy
 
 from agentloop import RunStep, Session, StoreClosedError
 from agentloopsql import PostgresStore, SqliteStore
-from agentloopsql._jobs import IdempotentWrite
-from agentloopsql._sqlite_reader import INLINE_MAX
+from agentloopsql._store import SHORT_WINDOW
+from agentloopsql._workers import IdempotentWrite
 
 pytestmark = pytest.mark.anyio
 
@@ -148,7 +148,7 @@ class TestInlineReads:
                 gate.set()
 
     async def test_busy_reader_and_wide_window_use_the_worker(self, lite: SqliteStore) -> None:
-        """A reader in use by another thread, or a window past INLINE_MAX, queue for the worker."""
+        """A reader in use by another thread, or a window past SHORT_WINDOW, use the worker."""
         await lite.append(step("s", 0))
         assert lite._reader is not None
         got: list[int] = []
@@ -159,7 +159,7 @@ class TestInlineReads:
         gate = threading.Event()
         async with anyio.create_task_group() as group:
             await occupy(lite, group, gate)
-            group.start_soon(read, INLINE_MAX + 1)
+            group.start_soon(read, SHORT_WINDOW + 1)
             await until(lambda: len(lite._workers._queue) == 1)
             with lite._reader._lock:  # as if another loop's thread were reading
                 group.start_soon(read, 5)
@@ -169,7 +169,7 @@ class TestInlineReads:
         assert got == [1, 1]
 
     async def test_inline_read_runs_on_the_loop_thread(self, lite: SqliteStore) -> None:
-        """The inline read is synchronous on the caller's thread (DESIGN §6's one exception)."""
+        """The inline read is synchronous on the caller's thread (the one inline exception)."""
         await lite.append(step("s", 0))
         assert lite._reader is not None
         threads: list[int] = []
@@ -204,7 +204,7 @@ async def test_expired_timeout_around_a_completed_call(store: Store, block_ends:
         try:
             async with asyncio.timeout(None) as timeout:
                 timeouts.append(timeout)
-                events.append(await store._run(IdempotentWrite(append_then_wait)))
+                events.append(await store._workers.call(IdempotentWrite(append_then_wait)))
                 if not block_ends:
                     await asyncio.sleep(0)
                     events.append("not cancelled")

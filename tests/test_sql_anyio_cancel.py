@@ -24,7 +24,7 @@ from _sql_support import occupy_worker as occupy
 
 from agentloop import RunStep
 from agentloopsql import PostgresStore, SqliteStore
-from agentloopsql._jobs import IdempotentWrite, Read
+from agentloopsql._workers import IdempotentWrite, Read
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize(("anyio_backend", "source"), SOURCES)]
 
@@ -87,7 +87,7 @@ async def test_taken_and_completed_returns(store: Store, source: str) -> None:
         gate.wait()  # taken: the window between the write and the answer
         return "done"
 
-    caller = Caller(source, lambda: store._run(IdempotentWrite(append_then_wait)))
+    caller = Caller(source, lambda: store._workers.call(IdempotentWrite(append_then_wait)))
     asked = record_interrupts(store)
     async with anyio.create_task_group() as group:
         caller.start(group)
@@ -160,7 +160,7 @@ async def test_postgres_statement_cancelled_on_the_server(
             locker.close()
         assert (await store.get("x")).data == '"before"'
         assert (await store.revision("x")) > 0
-        assert (await store._run(Read(lambda conn: 1))) == 1  # the connection still works
+        assert (await store._workers.call(Read(lambda conn: 1))) == 1  # the connection still works
 
 
 async def test_random_cancellation_is_all_or_nothing(store: Store, source: str) -> None:

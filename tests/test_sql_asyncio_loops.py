@@ -20,8 +20,8 @@ def step(session: str, index: int, content: str = "") -> RunStep:
 def test_finished_loops_are_not_kept_alive(tmp_path: Path) -> None:
     """A store used from many ``asyncio.run`` calls in turn keeps none of their loops alive.
 
-    The per-loop wake-up cache must not hold its loop (a weak-keyed cache
-    whose value refers to the loop never lets go of it).
+    A job holds its caller's event loop only while the caller waits; nothing
+    caches a loop beyond that.
     """
     store = trio.run(SqliteStore.open, str(tmp_path / "loops.db"))
     loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []

@@ -17,8 +17,8 @@ from _sql_support import SqlTarget, occupy_worker, open_sql_store
 
 from agentloop import RunStep, StoreError
 from agentloopsql import PostgresStore, SqliteStore
-from agentloopsql._base import new_key
-from agentloopsql._jobs import Append, AppendRow
+from agentloopsql._store import new_key
+from agentloopsql._workers import Append, AppendRow
 
 Store = SqliteStore | PostgresStore
 
@@ -62,7 +62,7 @@ async def indices(store: Store, session_id: str) -> list[int]:
 
 async def test_many_rows_land_whole_in_order(store: Store) -> None:
     """An Append of five rows, alone: every row is stored, in the given order."""
-    await store._run(append_job(store, steps("a", range(5))))  # type: ignore[arg-type]
+    await store._workers.call(append_job(store, steps("a", range(5))))  # type: ignore[arg-type]
     assert await indices(store, "a") == [0, 1, 2, 3, 4]
 
 
@@ -70,7 +70,7 @@ async def test_a_refused_row_stores_none_of_its_call(store: Store) -> None:
     """An Append whose middle row is refused raises and stores none of its rows."""
     rows = [*steps("a", range(2)), refused_step("a", 2), *steps("a", range(3, 5))]
     with pytest.raises(StoreError):
-        await store._run(append_job(store, rows))  # type: ignore[arg-type]
+        await store._workers.call(append_job(store, rows))  # type: ignore[arg-type]
     assert await indices(store, "a") == []
 
 
@@ -86,7 +86,7 @@ async def test_group_commit_fails_only_the_refused_call(store: Store) -> None:
 
     async def call(name: str) -> None:
         try:
-            await store._run(jobs[name])  # type: ignore[arg-type]
+            await store._workers.call(jobs[name])  # type: ignore[arg-type]
         except StoreError:
             failed.append(name)
 

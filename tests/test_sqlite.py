@@ -29,8 +29,8 @@ from agentloop import (
     SupportsPut,
 )
 from agentloopsql import SqliteStore
-from agentloopsql._jobs import IdempotentWrite, Read
 from agentloopsql._sqlite_schema import SCHEMA_VERSION
+from agentloopsql._workers import IdempotentWrite, Read
 
 
 @pytest.fixture
@@ -79,7 +79,7 @@ class TestOpen:
             store = await (
                 SqliteStore.open(db) if asked is None else SqliteStore.open(db, synchronous=asked)
             )
-            got = await store._run(
+            got = await store._workers.call(
                 Read(lambda conn: conn.execute("PRAGMA synchronous").fetchone()[0])
             )
             await store.aclose()
@@ -228,12 +228,12 @@ class TestGroupCommit:
 
             async def run_broken() -> None:
                 try:
-                    await store._run(IdempotentWrite(broken))
+                    await store._workers.call(IdempotentWrite(broken))
                 except StoreUnavailableError as exc:
                     errors.append(exc)
 
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(partial(store._run, Read(blocker)))
+                nursery.start_soon(partial(store._workers.call, Read(blocker)))
                 await trio.testing.wait_all_tasks_blocked()
                 nursery.start_soon(store.append, step("s", 0))
                 nursery.start_soon(run_broken)
@@ -276,7 +276,7 @@ class TestCancellation:
         async with await SqliteStore.open(db) as store:
             gate = threading.Event()
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(partial(store._run, Read(lambda conn: gate.wait())))
+                nursery.start_soon(partial(store._workers.call, Read(lambda conn: gate.wait())))
                 await trio.testing.wait_all_tasks_blocked()
                 with trio.move_on_after(0) as scope:
                     await store.append(step("s", 0))
@@ -303,7 +303,7 @@ class TestCancellation:
 
             async def call() -> None:
                 with scope:
-                    results.append(await store._run(IdempotentWrite(slow_append)))
+                    results.append(await store._workers.call(IdempotentWrite(slow_append)))
                     await trio.lowlevel.checkpoint()  # the cancellation lands here
                     results.append("not cancelled")
 

@@ -35,7 +35,7 @@ from agentloop import (
     StoreUnavailableError,
 )
 from agentloopsql import SqliteStore
-from agentloopsql._jobs import Read
+from agentloopsql._workers import Read
 
 SLACK = 1.0  # scheduling delay allowed on a loaded machine; every bound below is far from 5 s
 LONG_BUSY = 10.0  # a busy_timeout no test may wait out
@@ -164,7 +164,7 @@ class TestBatchWaitingForALock:
             first = trio.Event()
 
             async def read(fn: Callable[[sqlite3.Connection], str]) -> None:
-                answers.append(await store._run(Read(fn)))
+                answers.append(await store._workers.call(Read(fn)))
                 first.set()
 
             gate = threading.Event()

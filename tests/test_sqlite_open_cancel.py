@@ -9,7 +9,7 @@ import anyio
 import pytest
 from _sql_anyio import SOURCES, Caller, until
 
-from agentloopsql import SqliteStore, _sqlite_reader
+from agentloopsql import SqliteStore, _sqlite
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize(("anyio_backend", "source"), SOURCES)]
 
@@ -19,12 +19,12 @@ async def test_open_cancelled_while_the_reader_opens_closes_reader_and_writer(
 ) -> None:
     """The cancellation reaches the caller, and the reader that finished opening in its
     thread is closed, as is the writer's worker thread: nothing is left open."""
-    real_open = _sqlite_reader.InlineReader.open
+    real_open = _sqlite.InlineReader.open
     opening, release = threading.Event(), threading.Event()
-    opened: list[_sqlite_reader.InlineReader] = []
-    closed: list[_sqlite_reader.InlineReader] = []
+    opened: list[_sqlite.InlineReader] = []
+    closed: list[_sqlite.InlineReader] = []
 
-    def slow_open(path: str) -> _sqlite_reader.InlineReader | None:
+    def slow_open(path: str) -> _sqlite.InlineReader | None:
         opening.set()
         release.wait(10)
         reader = real_open(path)
@@ -34,7 +34,7 @@ async def test_open_cancelled_while_the_reader_opens_closes_reader_and_writer(
         opened.append(reader)
         return reader
 
-    monkeypatch.setattr(_sqlite_reader.InlineReader, "open", staticmethod(slow_open))
+    monkeypatch.setattr(_sqlite.InlineReader, "open", staticmethod(slow_open))
     caller = Caller(source, lambda: SqliteStore.open(str(tmp_path / "open.db")))
     async with anyio.create_task_group() as group:
         caller.start(group)

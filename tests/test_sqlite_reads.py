@@ -18,10 +18,11 @@ from hypothesis import strategies as st
 
 from agentloop import RunStep, Session, StepType, StoreClosedError
 from agentloopsql import SqliteStore
-from agentloopsql import _sqlite_rows as rows
+from agentloopsql import _sqlite as rows
 from agentloopsql._codec import from_micros
-from agentloopsql._sqlite_reader import INLINE_MAX, MISS, InlineReader
+from agentloopsql._sqlite import MISS, InlineReader
 from agentloopsql._sqlite_schema import MIGRATIONS
+from agentloopsql._store import SHORT_WINDOW
 
 VALID = {
     "step_index": 3,
@@ -117,7 +118,7 @@ class TestTrustedRows:
         with pytest.raises((TypeError, ValueError, OverflowError)) as expected:
             by_validators("s", stored)
         with pytest.raises(type(expected.value), match=f"^{re.escape(str(expected.value))}$"):
-            rows.steps("s", raw.execute(SELECT, ("s",)).fetchall())
+            rows.steps_of("s", raw.execute(SELECT, ("s",)).fetchall())
 
     def test_valid_rows_skip_the_validators(
         self, raw: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch
@@ -130,13 +131,13 @@ class TestTrustedRows:
             raise AssertionError("validated again")
 
         monkeypatch.setattr(rows, "_checked", refuse)
-        found = rows.steps("s", raw.execute(SELECT, ("s",)).fetchall())
+        found = rows.steps_of("s", raw.execute(SELECT, ("s",)).fetchall())
         assert found[0] == by_validators("s", VALID)
         assert found[1].step_type is StepType.user
         assert found[1].tool_args == "{}"
         insert(raw, {**VALID, "step_index": -1})
         with pytest.raises(AssertionError, match="validated again"):
-            rows.steps("s", raw.execute(SELECT, ("s",)).fetchall())
+            rows.steps_of("s", raw.execute(SELECT, ("s",)).fetchall())
 
     @settings(max_examples=300, deadline=None)
     @given(
@@ -174,9 +175,9 @@ class TestTrustedRows:
                 expected = by_validators("s", stored)
             except (TypeError, ValueError, OverflowError) as exc:
                 with pytest.raises(type(exc)):
-                    rows.steps("s", conn.execute(SELECT, ("s",)).fetchall())
+                    rows.steps_of("s", conn.execute(SELECT, ("s",)).fetchall())
             else:
-                assert rows.steps("s", conn.execute(SELECT, ("s",)).fetchall()) == [expected]
+                assert rows.steps_of("s", conn.execute(SELECT, ("s",)).fetchall()) == [expected]
         finally:
             conn.close()
 
@@ -214,7 +215,7 @@ class TestInlineReads:
                     gate.set()
 
     async def test_wide_window_and_busy_reader_use_the_worker(self, db: str) -> None:
-        """A window past INLINE_MAX, or a reader in use by another thread, queue for the worker."""
+        """A window past SHORT_WINDOW, or a reader in use by another thread, use the worker."""
         async with await SqliteStore.open(db) as store:
             await store.append(RunStep("s", 0, "user"))
             assert store._reader is not None
@@ -226,7 +227,7 @@ class TestInlineReads:
                 async def read(n: int) -> None:
                     got.append(len(await store.last_n("s", n)))
 
-                nursery.start_soon(read, INLINE_MAX + 1)
+                nursery.start_soon(read, SHORT_WINDOW + 1)
                 await trio.testing.wait_all_tasks_blocked()
                 assert len(store._workers._queue) == 1
                 with store._reader._lock:  # as if another trio run's thread were reading

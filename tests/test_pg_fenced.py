@@ -1,4 +1,4 @@
-"""PostgresStore's fast paths keep every guarantee: a fenced append is one statement.
+"""PostgresStore's fenced appends: one statement that keeps every guarantee.
 
 The lease check and the INSERT of a fenced append are one autocommit statement
 (one round trip, not ``BEGIN``, the lease read, the INSERT and ``COMMIT``). It
@@ -25,8 +25,8 @@ from test_pg_retry import race_lost_attempt, raw
 from agentloop import Lease, LeaseLostError, RunStep, StoreError
 from agentloop._shared import check_fence
 from agentloopsql import PostgresStore
-from agentloopsql._jobs import Read
-from agentloopsql._leases import Held
+from agentloopsql._store import Grant
+from agentloopsql._workers import Read
 
 
 @pytest.fixture
@@ -113,7 +113,7 @@ def _set_lease(dsn: str, pg: PostgresStore, owner: str, token: int, released: bo
     )
 
 
-GRANTED = Held("a", 5, False)
+GRANTED = Grant("a", 5, False)
 
 
 @pytest.mark.parametrize(
@@ -124,13 +124,13 @@ GRANTED = Held("a", 5, False)
         (GRANTED, "b", 4),  # an older grant of another owner: LeaseLostError
         (GRANTED, "a", 6),  # never granted (above the latest): ValueError
         (GRANTED, "b", 5),  # never granted (the latest token, another owner): ValueError
-        (Held("a", 5, True), "a", 5),  # released, nobody acquired since: lands
-        (Held("a", 5, True), "a", 4),  # released, an older grant: LeaseLostError
+        (Grant("a", 5, True), "a", 5),  # released, nobody acquired since: lands
+        (Grant("a", 5, True), "a", 4),  # released, an older grant: LeaseLostError
         (None, "a", 1),  # the session was never leased: ValueError
     ],
 )
 async def test_fenced_append_is_judged_as_check_fence(
-    pg: PostgresStore, dsn: str, stored: Held | None, owner: str, token: int
+    pg: PostgresStore, dsn: str, stored: Grant | None, owner: str, token: int
 ) -> None:
     """The one statement inserts exactly when ``check_fence`` passes, and raises what it raises."""
     if stored is not None:
@@ -220,19 +220,17 @@ def _prepared_inserts(conn: Any) -> int:
 
 async def test_one_row_appends_are_prepared_on_first_use(dsn: str) -> None:
     """A plain and a fenced one-row append are server-side prepared statements from their
-    first run on a connection (psycopg would wait for the fifth); on the worker path here
-    (the fast path's connection: ``test_pg_fast``)."""
+    first run on a connection (psycopg would wait for the fifth)."""
     async with (
         fresh_schema(dsn) as schema,
         await PostgresStore.open(dsn, schema=schema, pool_size=1) as pg,
     ):
-        pg._fast.take = lambda: None  # type: ignore[method-assign]
         await pg.append(step(0))
-        assert await pg._run(Read(_prepared_inserts)) == 1
+        assert await pg._workers.call(Read(_prepared_inserts)) == 1
         lease = await pg.acquire_lease("s", "a", 60)
         assert lease is not None
         await pg.fenced(lease).append(step(1))
-        assert await pg._run(Read(_prepared_inserts)) == 2
+        assert await pg._workers.call(Read(_prepared_inserts)) == 2
         assert contents(dsn, pg) == ["s0", "s1"]
 
 

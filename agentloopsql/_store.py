@@ -1,0 +1,821 @@
+"""The public API both SQL stores share, their fenced view, and how a lease row is judged.
+
+A backend supplies an :class:`Ops` (one synchronous function per operation,
+run against a driver connection, each one transaction's work) and the
+:class:`~agentloopsql._workers.Workers` that run each call off the event-loop
+thread; :class:`SqlStore` checks arguments and makes one call to them.
+
+**Leases.** Each backend keeps one row per session ever leased (owner, token
+and expiry, the expiry ``NULL`` once released) and never deletes it, so a
+session's tokens strictly increase over the database's life. The row is read
+back as a :class:`Grant` and judged by ``agentloop``'s rules
+(``check_granted``, ``check_fence``, ``check_renewable``), so both backends
+judge a lease exactly as ``agentloopmem`` does.
+
+**Revisions.** A session's revision is its ``write_seq``: every session write
+(``put``, ``update_data``, ``finalize``, ``update_data_if``) sets it from a
+store-wide counter that only grows, and lease calls never touch it.
+``delete_session`` keeps the deleted session's last revision in
+``revision_floors``, so its revision never gets smaller and a later write goes
+above it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar
+
+import anyio
+
+from agentloop import (
+    FinalizeSummary,
+    Lease,
+    RevisionConflictError,
+    RunStep,
+    Session,
+    SessionInfo,
+    StoreClosedError,
+    validate_n,
+    validate_session_id,
+)
+from agentloop._shared import (
+    check_revision,
+    check_seconds,
+    check_session_ids,
+    check_steps,
+    preview,
+    validate_owner,
+)
+from agentloopsql._workers import (
+    Append,
+    AppendRow,
+    FencedAppend,
+    IdempotentWrite,
+    KeyedWrite,
+    Read,
+    Workers,
+)
+
+if TYPE_CHECKING:
+    from typing import Self
+
+ConnT = TypeVar("ConnT")
+ConnT_contra = TypeVar("ConnT_contra", contravariant=True)
+R = TypeVar("R")
+
+# Windows wider than this are "everything": SQL LIMITs are signed 64-bit.
+_MAX_WINDOW = 2**62
+
+SHORT_WINDOW = 256
+"""The widest ``last_n`` window that is a short read (see :meth:`SqlStore._read_short`)."""
+
+_keys = random.Random()
+
+
+def new_key() -> int:
+    """A random 63-bit key: after a lost connection, it tells whether a write landed."""
+    return _keys.getrandbits(63)
+
+
+class Grant(NamedTuple):
+    """A session's latest lease grant as stored (``agentloop``'s ``Grant``)."""
+
+    owner: str
+    token: int
+    released: bool
+
+
+def check_lease(lease: object) -> Lease:
+    """``lease`` if it is a ``Lease``; ``TypeError`` otherwise."""
+    if not isinstance(lease, Lease):
+        raise TypeError(f"lease must be a Lease, got {preview(lease)}")
+    return lease
+
+
+class Ops(Protocol[ConnT_contra]):
+    """One synchronous function per operation; each is a single transaction's work."""
+
+    def append(self, conn: ConnT_contra, step: RunStep, key: int) -> None: ...
+    def append_landed(self, conn: ConnT_contra, session_id: str, key: int) -> bool: ...
+    def last_n(self, conn: ConnT_contra, session_id: str, n: int) -> list[RunStep]: ...
+    def all(self, conn: ConnT_contra, session_id: str) -> list[RunStep]: ...
+    def get(self, conn: ConnT_contra, session_id: str) -> Session | None: ...
+    def exists(self, conn: ConnT_contra, session_id: str) -> bool: ...
+    def update_data(self, conn: ConnT_contra, session_id: str, snapshot: str | None) -> None: ...
+    def put(self, conn: ConnT_contra, session: Session) -> None: ...
+    def finalize(
+        self, conn: ConnT_contra, session_id: str, summary: FinalizeSummary, key: int
+    ) -> None: ...
+    def finalize_landed(self, conn: ConnT_contra, session_id: str, key: int) -> bool: ...
+    def final(self, conn: ConnT_contra, session_id: str) -> FinalizeSummary | None: ...
+    def list_sessions(self, conn: ConnT_contra, limit: int) -> list[SessionInfo]: ...
+    def delete_session(self, conn: ConnT_contra, session_id: str) -> bool: ...
+    def get_many(self, conn: ConnT_contra, session_ids: list[str]) -> dict[str, Session]: ...
+    def revision(self, conn: ConnT_contra, session_id: str) -> int: ...
+    def update_data_if(
+        self, conn: ConnT_contra, session_id: str, snapshot: str | None, revision: int
+    ) -> tuple[bool, int]: ...
+
+    def acquire_lease(
+        self, conn: ConnT_contra, session_id: str, owner: str, ttl: float
+    ) -> tuple[int, datetime] | None:
+        """The granted token and expiry, or ``None`` if another owner holds a live lease."""
+        ...
+
+    def renew_lease(self, conn: ConnT_contra, lease: Lease, ttl: float) -> datetime:
+        """The new expiry; raises as ``check_renewable`` says."""
+        ...
+
+    def release_lease(self, conn: ConnT_contra, lease: Lease) -> None:
+        """Mark ``lease`` released if it is still the session's; raises as ``check_granted``."""
+        ...
+
+    def fenced_write(self, conn: ConnT_contra, lease: Lease, write: Callable[[Any], R]) -> R:
+        """``write(conn)`` in the transaction that checked ``lease`` (``check_fence``).
+
+        ``write`` takes the same ``conn`` (typed ``Any``: a protocol's
+        contravariant connection type cannot appear in a callback's arguments).
+        """
+        ...
+
+
+class SqlStore(Generic[ConnT]):
+    """Both protocols and every optional capability over one SQL backend.
+
+    Every method checks its arguments on the event-loop thread (``TypeError``,
+    ``ValueError``: nothing is sent), then queues one call to the store's
+    worker threads, which runs it as one transaction off that thread.
+    The rules below hold for every method; each store's class docstring says
+    only how it meets them and what it adds.
+
+    **Cancellation handling**: all-or-nothing. A call cancelled while it is
+    still queued raises the backend's cancellation (``trio.Cancelled`` /
+    ``asyncio.CancelledError``) and did nothing. Once a worker has
+    taken it, the caller waits for the worker (a worker is never abandoned
+    mid-write): the call either did nothing and raises the cancellation, or
+    happened whole and returns normally, the cancellation then delivered at
+    the caller's next checkpoint. Which of the two a taken call gets is the
+    store's to say.
+
+    **Outcome unknown**: a write that raises ``StoreUnavailableError`` did not
+    happen, unless the message says the outcome is unknown. Only ``append``
+    and ``finalize`` can be unknown, and only on a store whose connection can
+    be lost mid-call; they carry a random key so a retry never applies them
+    twice. The other writes are idempotent and may simply be retried.
+
+    **Leases**: each lease call is one transaction (an idempotent write:
+    repeating one after a lost connection gives the same outcome, the holder
+    re-acquiring keeps its token); see :meth:`fenced` for fenced writes.
+    """
+
+    def __init__(self, workers: Workers[ConnT], ops: Ops[ConnT]) -> None:
+        self._workers = workers
+        self._ops = ops
+        self._closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"{type(self).__name__} is closed")
+
+    async def _read_short(self, run: Callable[[ConnT], R], name: str) -> R:
+        """A short indexed read (``get``, ``last_n`` of at most :data:`SHORT_WINDOW`).
+
+        Here it queues for the workers like every call; a store may serve it
+        on the event-loop thread instead (``SqliteStore`` does, see its docstring).
+        """
+        return await self._workers.call(Read(run, name=name))
+
+    def _fence(
+        self, fence: Lease | None, session_id: str, write: Callable[[ConnT], R]
+    ) -> Callable[[ConnT], R]:
+        """``write``, checked against ``fence`` in its transaction if it covers ``session_id``."""
+        if fence is None or fence.session_id != session_id:
+            return write
+        ops = self._ops
+        return lambda conn: ops.fenced_write(conn, fence, write)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the store; every later call raises ``StoreClosedError``. Idempotent."""
+        raise NotImplementedError
+
+    # -- StepStore ---------------------------------------------------------
+
+    async def append(self, step: RunStep) -> None:
+        """Append ``step`` after every step of its session that was appended before.
+
+        Committed when it returns (each store's class docstring says what that survives).
+
+        Raises:
+            TypeError: ``step`` is not a ``RunStep``.
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed; the step was not stored, unless
+                the message says the outcome is unknown.
+
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
+        """
+        if not isinstance(step, RunStep):
+            raise TypeError(f"step must be a RunStep, got {preview(step)}")
+        await self._append([step], None)
+
+    async def append_many(self, steps: Sequence[RunStep]) -> None:
+        """Append every step of ``steps`` in the given order, in one transaction: all or none.
+
+        The batch may span sessions; ``[]`` is a no-op. On PostgreSQL it is one
+        multi-row ``INSERT``; on SQLite it may share a commit with other
+        appends (group commit), and a refused call never fails another.
+
+        Raises:
+            TypeError: ``steps`` is not a sequence of ``RunStep`` (the message
+                names the first bad position); nothing was appended.
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed; nothing was appended,
+                unless the message says the outcome is unknown (then all or none).
+
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
+        """
+        await self._append(check_steps(steps), None)
+
+    async def _append(self, batch: list[RunStep], fence: Lease | None) -> None:
+        """One ``Append`` of ``batch``, or a ``FencedAppend`` if ``fence`` covers any step."""
+        if not batch:
+            self._check_open()
+            await anyio.lowlevel.checkpoint()
+            return
+        rows = tuple(AppendRow(step, new_key()) for step in batch)
+        ops, first = self._ops, rows[0]
+
+        def insert(conn: ConnT) -> None:
+            for step, key in rows:
+                ops.append(conn, step, key)
+
+        def committed(conn: ConnT) -> bool:
+            return ops.append_landed(conn, first.step.session_id, first.key)
+
+        if fence is None or all(step.session_id != fence.session_id for step in batch):
+            await self._workers.call(Append(rows=rows, run=insert, committed=committed))
+            return
+        run = self._fence(fence, fence.session_id, insert)
+        await self._workers.call(
+            FencedAppend(run, committed, rows=rows, lease=fence, name="append")
+        )
+
+    async def last_n(self, session_id: str, n: int) -> list[RunStep]:
+        """The newest ``n`` steps of the session, oldest first; ``[]`` for an unknown session.
+
+        Reads an index backwards: the cost grows with ``n``, not with the history.
+
+        Raises:
+            TypeError: ``n`` is not an int (``bool`` included), or the id is not a str.
+            ValueError: ``n`` < 1, or the id is empty or holds NUL.
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed.
+
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
+        """
+        validate_n(n)
+        validate_session_id(session_id)
+        window = min(n, _MAX_WINDOW)
+        ops = self._ops
+
+        def read(conn: ConnT) -> list[RunStep]:
+            return ops.last_n(conn, session_id, window)
+
+        if window <= SHORT_WINDOW:
+            return await self._read_short(read, "last_n")
+        return await self._workers.call(Read(read, name="last_n"))
+
+    async def all(self, session_id: str) -> list[RunStep]:
+        """Every step of the session in insertion order; ``[]`` for an unknown session.
+
+        Raises:
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed.
+
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
+        """
+        validate_session_id(session_id)
+        ops = self._ops
+        return await self._workers.call(Read(lambda c: ops.all(c, session_id), name="all"))
+
+    # -- SessionStore ------------------------------------------------------
+
+    async def get(self, session_id: str) -> Session:
+        """The stored session, or ``Session(id=session_id)`` when unknown; creates nothing.
+
+        Raises:
+            TypeError, ValueError: the id is not a non-empty str without NUL.
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed.
+
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
+        """
+        validate_session_id(session_id)
+        ops = self._ops
+        found = await self._read_short(lambda conn: ops.get(conn, session_id), "get")
+        return found if found is not None else Session(id=session_id)
+
+    async def exists(self, session_id: str) -> bool:
+        """Whether a write (``put``, ``update_data``, ``finalize``) brought the session into being.
+
+        Appending steps alone does not. Creates nothing.
+
+        Raises:
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed.
+
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
+        """
+        validate_session_id(session_id)
+        ops = self._ops
+        return await self._workers.call(Read(lambda c: ops.exists(c, session_id), name="exists"))
+
+    async def update_data(self, session_id: str, snapshot: str | None) -> None:
+        """Replace the session's data with ``snapshot`` (JSON text, or ``None`` to clear it).
+
+        Raises:
+            TypeError: ``snapshot`` is neither ``str`` nor ``None``.
+            ValueError: ``snapshot`` is not JSON text; nothing is written.
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed; nothing was written.
+
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
+        """
+        await self._update_data(session_id, snapshot, None)
+
+    def _checked_snapshot(self, session_id: str, snapshot: str | None) -> None:
+        validate_session_id(session_id)
+        if snapshot is not None and not isinstance(snapshot, str):
+            raise TypeError(f"snapshot must be JSON text or None, got {preview(snapshot)}")
+
+    async def _update_data(
+        self, session_id: str, snapshot: str | None, fence: Lease | None
+    ) -> None:
+        self._checked_snapshot(session_id, snapshot)
+        self._check_open()
+        Session(session_id, data=snapshot)  # validates the JSON, naming the field "data"
+        ops = self._ops
+        write = self._fence(fence, session_id, lambda c: ops.update_data(c, session_id, snapshot))
+        await self._workers.call(IdempotentWrite(write, name="update_data"))
+
+    async def finalize(self, session_id: str, summary: FinalizeSummary) -> None:
+        """Record ``summary`` as the session's latest run; the data snapshot is kept.
+
+        Raises:
+            TypeError: ``summary`` is not a ``FinalizeSummary``.
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed; nothing was written, unless the
+                message says the outcome is unknown.
+
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
+        """
+        await self._finalize(session_id, summary, None)
+
+    async def _finalize(
+        self, session_id: str, summary: FinalizeSummary, fence: Lease | None
+    ) -> None:
+        validate_session_id(session_id)
+        if not isinstance(summary, FinalizeSummary):
+            raise TypeError(f"summary must be a FinalizeSummary, got {preview(summary)}")
+        key = new_key()
+        ops = self._ops
+        run = self._fence(fence, session_id, lambda c: ops.finalize(c, session_id, summary, key))
+
+        def committed(conn: ConnT) -> bool:
+            return ops.finalize_landed(conn, session_id, key)
+
+        await self._workers.call(KeyedWrite(run, committed, name="finalize"))
+
+    # -- optional capabilities ---------------------------------------------
+
+    async def put(self, session: Session) -> None:
+        """Store ``session`` whole (model, system prompt, data); its summaries are kept.
+
+        Raises:
+            TypeError: ``session`` is not a ``Session``.
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed; nothing was written.
+
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
+        """
+        await self._put(session, None)
+
+    async def _put(self, session: Session, fence: Lease | None) -> None:
+        if not isinstance(session, Session):
+            raise TypeError(f"session must be a Session, got {preview(session)}")
+        ops = self._ops
+        write = self._fence(fence, session.id, lambda c: ops.put(c, session))
+        await self._workers.call(IdempotentWrite(write, name="put"))
+
+    async def final(self, session_id: str) -> FinalizeSummary | None:
+        """The latest ``finalize`` summary, or ``None`` if the session never finalized.
+
+        Raises:
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed.
+
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
+        """
+        validate_session_id(session_id)
+        ops = self._ops
+        return await self._workers.call(Read(lambda c: ops.final(c, session_id), name="final"))
+
+    async def list_sessions(self, *, limit: int = 100) -> list[SessionInfo]:
+        """At most ``limit`` sessions, the most recently written first.
+
+        Recency is a store-assigned write sequence, so clocks that tie or step
+        backwards cannot reorder it.
+
+        Raises:
+            TypeError, ValueError: ``limit`` is not an int >= 1.
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed.
+
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
+        """
+        validate_n(limit, "limit")
+        window = min(limit, _MAX_WINDOW)
+        ops = self._ops
+
+        def read(conn: ConnT) -> list[SessionInfo]:
+            return ops.list_sessions(conn, window)
+
+        return await self._workers.call(Read(read, name="list_sessions"))
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Drop the session, its steps and its summaries in one transaction.
+
+        Returns ``True`` if the store held anything for the session. Its lease
+        row stays: a later acquire still gets a larger token. Its revision is
+        kept too (a later write goes above it).
+
+        Raises:
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed; nothing was deleted.
+
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
+        """
+        return await self._delete_session(session_id, None)
+
+    async def _delete_session(self, session_id: str, fence: Lease | None) -> bool:
+        validate_session_id(session_id)
+        ops = self._ops
+        write = self._fence(fence, session_id, lambda c: ops.delete_session(c, session_id))
+        return await self._workers.call(IdempotentWrite(write, name="delete_session"))
+
+    # -- batches and revisions -----------------------------------------------
+
+    async def get_many(self, session_ids: Sequence[str]) -> list[Session]:
+        """One session per id, in the order asked (duplicates too), read by one query.
+
+        An unknown id gives ``Session(id)``; creates nothing.
+
+        Raises:
+            TypeError, ValueError: ``session_ids`` is not a sequence of session
+                ids (the message names the first bad position).
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed.
+
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
+        """
+        ids = check_session_ids(session_ids)
+        if not ids:
+            self._check_open()
+            await anyio.lowlevel.checkpoint()
+            return []
+        ops, unique = self._ops, list(dict.fromkeys(ids))
+
+        def read(conn: ConnT) -> dict[str, Session]:
+            return ops.get_many(conn, unique)
+
+        found = await self._workers.call(Read(read, name="get_many"))
+        return [found.get(sid) or Session(id=sid) for sid in ids]
+
+    async def revision(self, session_id: str) -> int:
+        """The session's revision: 0 if never written, larger after every session write.
+
+        Only order and equality mean anything. A deleted session keeps the
+        revision it had, so a stale ``update_data_if`` fails; lease calls
+        never change it. Creates nothing.
+
+        Raises:
+            TypeError, ValueError: a bad session id.
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed.
+
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
+        """
+        validate_session_id(session_id)
+        ops = self._ops
+
+        def read(conn: ConnT) -> int:
+            return ops.revision(conn, session_id)
+
+        return await self._workers.call(Read(read, name="revision"))
+
+    async def update_data_if(self, session_id: str, snapshot: str | None, revision: int) -> int:
+        """Replace the session's data if it is still at ``revision``; the new revision.
+
+        The check and the write are one statement (PostgreSQL) or one
+        transaction (SQLite): of several calls naming the same revision,
+        across every handle onto the backend, exactly one wins.
+
+        Raises:
+            RevisionConflictError: the session is at another revision; nothing
+                was written.
+            TypeError, ValueError: a bad session id, snapshot (not JSON text or
+                ``None``) or revision (not an int in ``[0, 2**63 - 1]``).
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed; nothing was written. A
+                write retried after a lost connection whose first attempt had
+                committed reports ``RevisionConflictError``: read it back.
+
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
+        """
+        return await self._update_data_if(session_id, snapshot, revision, None)
+
+    async def _update_data_if(
+        self, session_id: str, snapshot: str | None, revision: int, fence: Lease | None
+    ) -> int:
+        self._checked_snapshot(session_id, snapshot)
+        check_revision(revision)
+        self._check_open()
+        Session(session_id, data=snapshot)  # validates the JSON, naming the field "data"
+        ops = self._ops
+        write = self._fence(
+            fence, session_id, lambda c: ops.update_data_if(c, session_id, snapshot, revision)
+        )
+        written, now = await self._workers.call(IdempotentWrite(write, name="update_data_if"))
+        if not written:
+            raise RevisionConflictError(
+                f"session {preview(session_id)} is at revision {now}, not {revision}; "
+                "nothing was written (read the session again and retry)"
+            )
+        return now
+
+    # -- leases ------------------------------------------------------------
+
+    async def acquire_lease(self, session_id: str, owner: str, ttl: float) -> Lease | None:
+        """The session's lease for ``owner``, expiring ``ttl`` seconds from the store's now.
+
+        A free, released or expired lease is granted with a token larger than
+        any the session had (also after ``delete_session`` and reopening); a
+        live lease held by ``owner`` keeps its token and gets the new expiry.
+        ``None`` if another owner holds a live one. Creates no session.
+
+        Raises:
+            TypeError, ValueError: a bad session id, owner (a non-empty str of
+                at most 256 UTF-8 bytes without NUL) or ttl (finite seconds > 0,
+                at most ``SECONDS_MAX``).
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed; nothing was granted.
+
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
+        """
+        validate_session_id(session_id)
+        validate_owner(owner)
+        seconds = check_seconds(ttl, "ttl")
+        ops = self._ops
+
+        def write(conn: ConnT) -> tuple[int, datetime] | None:
+            return ops.acquire_lease(conn, session_id, owner, seconds)
+
+        granted = await self._workers.call(IdempotentWrite(write, name="acquire_lease"))
+        if granted is None:
+            return None
+        token, expires_at = granted
+        return Lease(session_id, owner, token, expires_at)
+
+    async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        """``lease`` with the same token, expiring ``ttl`` seconds from the store's now.
+
+        An expired lease that nobody acquired since is renewed: it was never lost.
+
+        Raises:
+            LeaseLostError: the session's lease was acquired again since, or
+                ``lease`` was released; nothing changed.
+            TypeError, ValueError: ``lease`` is not a ``Lease`` this store
+                granted, or a bad ttl.
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed; the expiry is as it was.
+
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
+        """
+        check_lease(lease)
+        seconds = check_seconds(ttl, "ttl")
+        ops = self._ops
+
+        def write(conn: ConnT) -> datetime:
+            return ops.renew_lease(conn, lease, seconds)
+
+        expires_at = await self._workers.call(IdempotentWrite(write, name="renew_lease"))
+        return Lease(lease.session_id, lease.owner, lease.token, expires_at)
+
+    async def release_lease(self, lease: Lease) -> None:
+        """Free ``lease`` so the next ``acquire_lease`` succeeds at once.
+
+        Idempotent, and a no-op for a lease acquired again since. A later
+        acquire (by any owner, this one too) gets a new, larger token.
+
+        Raises:
+            TypeError, ValueError: ``lease`` is not a ``Lease`` this store granted.
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed; the lease is still held.
+
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
+        """
+        check_lease(lease)
+        ops = self._ops
+
+        def write(conn: ConnT) -> None:
+            ops.release_lease(conn, lease)
+
+        await self._workers.call(IdempotentWrite(write, name="release_lease"))
+
+    def fenced(self, lease: Lease) -> FencedSqlStore[ConnT]:
+        """A view of this store whose writes to ``lease.session_id`` are fenced by ``lease``.
+
+        See :class:`FencedSqlStore`. An expired or released lease that nobody
+        acquired since still writes (no other writer exists). Whether this
+        store granted ``lease`` is checked by each fenced write
+        (``ValueError``, nothing written): this call does no I/O.
+
+        Raises:
+            TypeError: ``lease`` is not a ``Lease``.
+            StoreClosedError: the store was closed.
+        """
+        check_lease(lease)
+        self._check_open()
+        return FencedSqlStore(self, lease)
+
+
+class FencedSqlStore(Generic[ConnT]):
+    """A SQL store's view whose writes to ``lease.session_id`` are fenced by ``lease``.
+
+    Made by the store's ``fenced(lease)``. It implements everything the store
+    does. Each write to the leased session (``append``, ``append_many``,
+    ``put``, ``update_data``, ``update_data_if``, ``finalize``,
+    ``delete_session``) first reads the session's lease row inside the write's
+    transaction (on PostgreSQL with a share lock, so a takeover waits for the
+    write to commit and the write never commits after a takeover) and raises
+    ``LeaseLostError``, having changed nothing, if the lease was acquired
+    again since ``lease`` was granted (``ValueError`` if the store never
+    granted it). In group commit a refused write fails only its own call.
+    Reads, writes to other sessions and the lease calls pass straight to the
+    store; ``aclose`` closes the store itself (a view owns nothing of its own).
+    """
+
+    def __init__(self, store: SqlStore[ConnT], lease: Lease) -> None:
+        self._store = store
+        self._lease = lease
+
+    @property
+    def lease(self) -> Lease:
+        """The lease this view's writes are checked against."""
+        return self._lease
+
+    def __repr__(self) -> str:
+        return f"<fenced {self._store!r} token={self._lease.token}>"
+
+    # -- writes, fenced ----------------------------------------------------
+
+    async def append(self, step: RunStep) -> None:
+        """As the store's ``append``, fenced when ``step`` belongs to the leased session.
+
+        A fenced append keeps its retry key: after a lost connection it is
+        still applied at most once.
+
+        Raises:
+            LeaseLostError: the session's lease was acquired again since;
+                nothing was appended.
+            ValueError: the store never granted the lease; nothing was appended.
+            TypeError, StoreClosedError, StoreUnavailableError: as the store's ``append``.
+        """
+        if not isinstance(step, RunStep):
+            raise TypeError(f"step must be a RunStep, got {preview(step)}")
+        await self._store._append([step], self._lease)
+
+    async def append_many(self, steps: Sequence[RunStep]) -> None:
+        """As the store's ``append_many``, fenced when any step belongs to the leased session.
+
+        The lease check and the whole batch are one transaction: a lost lease
+        refuses the whole batch, steps of other sessions included.
+
+        Raises:
+            LeaseLostError: the session's lease was acquired again since;
+                nothing was appended.
+            ValueError: the store never granted the lease; nothing was appended.
+            TypeError, StoreClosedError, StoreUnavailableError: as the store's
+                ``append_many``.
+        """
+        await self._store._append(check_steps(steps), self._lease)
+
+    async def update_data_if(self, session_id: str, snapshot: str | None, revision: int) -> int:
+        """As the store's ``update_data_if``, fenced: the lease is checked first, then
+        the revision, in the write's transaction.
+
+        Raises:
+            LeaseLostError: as for :meth:`update_data`; nothing was written.
+            RevisionConflictError: the session is at another revision.
+        """
+        return await self._store._update_data_if(session_id, snapshot, revision, self._lease)
+
+    async def update_data(self, session_id: str, snapshot: str | None) -> None:
+        """As the store's ``update_data``, fenced.
+
+        Raises:
+            LeaseLostError: the session is the leased one and its lease was
+                acquired again since; nothing was written.
+        """
+        await self._store._update_data(session_id, snapshot, self._lease)
+
+    async def finalize(self, session_id: str, summary: FinalizeSummary) -> None:
+        """As the store's ``finalize``, fenced.
+
+        Raises:
+            LeaseLostError: as for :meth:`update_data`; nothing was written.
+        """
+        await self._store._finalize(session_id, summary, self._lease)
+
+    async def put(self, session: Session) -> None:
+        """As the store's ``put``, fenced.
+
+        Raises:
+            LeaseLostError: as for :meth:`update_data`; nothing was written.
+        """
+        await self._store._put(session, self._lease)
+
+    async def delete_session(self, session_id: str) -> bool:
+        """As the store's ``delete_session`` (session, steps, summaries; never the lease), fenced.
+
+        Raises:
+            LeaseLostError: as for :meth:`update_data`; nothing was deleted.
+        """
+        return await self._store._delete_session(session_id, self._lease)
+
+    # -- reads and the rest, passed through --------------------------------
+
+    async def last_n(self, session_id: str, n: int) -> list[RunStep]:
+        """As the store's ``last_n``; not fenced (reads are never refused)."""
+        return await self._store.last_n(session_id, n)
+
+    async def all(self, session_id: str) -> list[RunStep]:
+        """As the store's ``all``; not fenced."""
+        return await self._store.all(session_id)
+
+    async def get(self, session_id: str) -> Session:
+        """As the store's ``get``; not fenced."""
+        return await self._store.get(session_id)
+
+    async def exists(self, session_id: str) -> bool:
+        """As the store's ``exists``; not fenced."""
+        return await self._store.exists(session_id)
+
+    async def get_many(self, session_ids: Sequence[str]) -> list[Session]:
+        """As the store's ``get_many``; not fenced."""
+        return await self._store.get_many(session_ids)
+
+    async def revision(self, session_id: str) -> int:
+        """As the store's ``revision``; not fenced."""
+        return await self._store.revision(session_id)
+
+    async def final(self, session_id: str) -> FinalizeSummary | None:
+        """As the store's ``final``; not fenced."""
+        return await self._store.final(session_id)
+
+    async def list_sessions(self, *, limit: int = 100) -> list[SessionInfo]:
+        """As the store's ``list_sessions``; not fenced."""
+        return await self._store.list_sessions(limit=limit)
+
+    async def acquire_lease(self, session_id: str, owner: str, ttl: float) -> Lease | None:
+        """As the store's ``acquire_lease``."""
+        return await self._store.acquire_lease(session_id, owner, ttl)
+
+    async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        """As the store's ``renew_lease``."""
+        return await self._store.renew_lease(lease, ttl)
+
+    async def release_lease(self, lease: Lease) -> None:
+        """As the store's ``release_lease``."""
+        await self._store.release_lease(lease)
+
+    def fenced(self, lease: Lease) -> FencedSqlStore[ConnT]:
+        """As the store's ``fenced``: a view of the store fenced by ``lease``."""
+        return self._store.fenced(lease)
+
+    async def aclose(self) -> None:
+        """Close the store this view wraps (as the store's ``aclose``)."""
+        await self._store.aclose()
