@@ -18,8 +18,7 @@ from agentloop import (
     ToolContext,
     tool,
 )
-from agentloop._run import Run, RunParts
-from agentloop._run import RunStores
+from agentloop._run import Run, RunParts, RunStores
 
 
 @tool
