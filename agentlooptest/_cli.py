@@ -181,7 +181,8 @@ def _parser() -> argparse.ArgumentParser:
     lst.add_argument(
         "--where",
         action="store_true",
-        help="with each clause's pytest test name and the file:line of its check",
+        help="with each clause's pytest test name and the file:line of its check (in the "
+        "module its family, the id's first two parts, lives in: step_all.py, lease.py, ...)",
     )
     lst.add_argument(
         "-k",

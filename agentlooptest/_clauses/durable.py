@@ -153,8 +153,6 @@ SPECIAL_JSON = (
 )
 """Data a second handle must read back JSON-equal: null, scalars, huge numbers, nesting."""
 
-STALE = "a per-process or per-handle cache that another handle's writes never invalidate"
-
 
 async def _stale_session_caches(store: Any, other: Any) -> None:
     """Each handle reads first, so a cache has something to serve stale; then the other writes."""
