@@ -18,23 +18,34 @@ usual). Needs the ``contract`` extra: ``pip install 'agentloop-seam[contract]'``
 
 from __future__ import annotations
 
+import importlib.util as _importlib_util
 import sys as _sys
 import typing as _typing
 
-from agentlooptest._deps import require as _require
 
-_require()
+def _require_the_contract_extra() -> None:
+    """Raise ``ImportError`` naming the extra to install when a dependency is missing.
+
+    pytest-trio is not needed: each generated clause test is a plain function
+    that starts its own event loop, on whichever backend its class names.
+    """
+    absent = [n for n in ("pytest", "trio", "hypothesis") if _importlib_util.find_spec(n) is None]
+    if absent:
+        raise ImportError(
+            f"agentlooptest needs {', '.join(absent)}: "
+            "install it with pip install 'agentloop-seam[contract]'"
+        )
+
+
+_require_the_contract_extra()
 
 if "pytest" in _sys.modules:  # under pytest: failing clause asserts show their values
     _sys.modules["pytest"].register_assert_rewrite("agentlooptest._clauses")
 
-from agentlooptest._builtin import memory_harness  # noqa: E402
-from agentlooptest._certify import certify  # noqa: E402
+from agentlooptest._certify import ClauseFailed, ClauseResult, Report, certify  # noqa: E402
 from agentlooptest._clause import CAPABILITIES, Clause, Violation  # noqa: E402
-from agentlooptest._harness import Harness  # noqa: E402
-from agentlooptest._registry import CLAUSES  # noqa: E402
-from agentlooptest._report import ClauseResult, Report  # noqa: E402
-from agentlooptest._run_clause import ClauseFailed  # noqa: E402
+from agentlooptest._clauses import CLAUSES  # noqa: E402
+from agentlooptest._harness import Harness, memory_harness  # noqa: E402
 
 if _typing.TYPE_CHECKING:
     from agentlooptest._pytest import SessionStoreContract, StepStoreContract

@@ -1,6 +1,6 @@
 """The two backends the contract runs on, and telling a store that needs the other one.
 
-The contract itself is written against anyio (and ``agentloop._backend``), so
+The contract itself is written against anyio, so
 ``await certify(harness)`` runs under whichever backend awaits it. A store
 need not be: one built on ``redis.asyncio`` or ``asyncio.get_running_loop()``
 only runs under asyncio, one calling ``trio`` directly only under trio.

@@ -1,16 +1,27 @@
-"""Cancelling one store call at each of its checkpoints, and checking the store afterwards.
+"""Cancellation in the contract: cancelling one store call at each of its checkpoints, and
+telling a cancellation nobody asked for from a real one.
 
-Under trio an instrument counts the task's resumptions; asyncio has no
-instruments, so there :func:`cancel_at` drives the call's coroutine itself
-(:class:`_Counted`): it hands each value the coroutine yields on to the event
-loop unchanged and counts the suspensions, and cancels the anyio scope around
-the call when the chosen one comes. The cancellation is then delivered to
-that very suspension (``Task.cancel()`` aborts the wait it is in).
+**Cancelling at the k-th checkpoint.** Under trio an instrument counts the
+task's resumptions; asyncio has no instruments, so there :func:`cancel_at`
+drives the call's coroutine itself (:class:`_Counted`): it hands each value
+the coroutine yields on to the event loop unchanged and counts the
+suspensions, and cancels the anyio scope around the call when the chosen one
+comes. The cancellation is then delivered to that very suspension
+(``Task.cancel()`` aborts the wait it is in).
+
+**Spurious cancellations.** Under asyncio ``CancelledError`` is an ordinary
+class anyone can raise. A store that raises it although nothing cancelled
+the call (a bug: a cancellation leaked from a task of its own, a bare
+``raise asyncio.CancelledError()``) would otherwise escape every ``except
+Exception`` and end the whole contract run with a traceback.
+:func:`spurious_cancel` tells it from a real cancellation, so the contract
+reports it instead, on the clause (or factory, or cleanup) that met it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, Literal, TypeVar
 
@@ -19,6 +30,7 @@ import trio
 
 from agentloop._shared import on_trio
 from agentlooptest._clause import Violation, expect
+from agentlooptest._stall import stalled_call
 
 T = TypeVar("T")
 
@@ -244,4 +256,60 @@ async def still_usable(what: str, op: Callable[[], Awaitable[T]]) -> T:
         f"the call to return within {USABLE_TIMEOUT:g}s",
         "it hung: the cancelled call left a lock or connection held",
         why,
+    )
+
+
+class SpuriousCancel(Exception):
+    """A store raised ``CancelledError`` although its caller was not being cancelled."""
+
+
+def spurious_cancel(exc: BaseException) -> SpuriousCancel | None:
+    """The error to report instead of ``exc``, or ``None`` when ``exc`` is a real cancellation.
+
+    ``exc`` is spurious when it is asyncio's ``CancelledError`` (or a group of
+    nothing else) and, under
+    asyncio, the calling task has no pending ``Task.cancel()`` (nor an expired
+    ``asyncio.timeout``: ``task.cancelling() == 0``) and no enclosing anyio
+    scope is cancelled. Under trio it always is (trio cancels with
+    ``trio.Cancelled``, which a store cannot make).
+    """
+    if isinstance(exc, BaseExceptionGroup):  # a store's own task group
+        cancels, rest = exc.split(asyncio.CancelledError)
+        if cancels is None or rest is not None:
+            return None
+    elif not isinstance(exc, asyncio.CancelledError):
+        return None
+    if not on_trio() and _cancel_pending():
+        return None
+    error = SpuriousCancel(
+        "CancelledError raised although nothing cancelled the call (an asyncio store must "
+        "raise it only when its caller is cancelled)"
+    )
+    error.__cause__ = exc
+    return error
+
+
+def _cancel_pending() -> bool:
+    """Under asyncio: whether the calling task is being cancelled, by ``Task.cancel()`` (or
+    an expired ``asyncio.timeout``) not yet undone, or by a cancelled anyio scope around it
+    (the effective deadline is then ``-inf``, unless a shield stands between)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling() > 0:
+        return True
+    return anyio.current_effective_deadline() == -math.inf
+
+
+def cancel_violation(exc: BaseException) -> Violation:
+    """The failure for a store call that raised ``CancelledError`` nobody asked for."""
+    line, call = stalled_call(exc)
+    did = f"`{line}`, in the clause's check" if line else "ran the clause's check"
+    who = f"the store call {call}" if call else "a call into the store"
+    return Violation(
+        did,
+        "a result or an Exception: CancelledError only when the caller is cancelled",
+        f"{who} raised CancelledError, although nothing cancelled it",
+        "a caller takes CancelledError for its own cancellation: an asyncio app (and the "
+        "loop) would stop the task, and no `except Exception` can report it",
+        hint="a cancellation leaked from a task or future of the store's own, or a bare "
+        "`raise asyncio.CancelledError()`",
     )

@@ -1,23 +1,329 @@
-"""``certify(harness)``: every clause against the harness's stores, without pytest."""
+"""``certify(harness)``: every clause against the harness's stores, without pytest, and the
+``Report`` it hands back.
+
+Running one clause (:func:`run_check`) bounds it in time (``_stall``), runs
+the harness's cleanup afterwards, and turns what went wrong into one
+message: a :class:`~agentlooptest.Violation`, a hang or spin, a
+``CancelledError`` nobody asked for, or a store that needs the other
+backend. :func:`certify` probes each protocol's store once, skips what does
+not apply, runs the rest in ``CLAUSES`` order and reports the conformance
+level. :class:`Report` and :class:`ClauseResult` are the result, with their
+JSON (:meth:`Report.to_dict`) and JUnit XML forms.
+"""
 
 from __future__ import annotations
 
 import fnmatch
+import re
 import time
 import traceback
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import Any, Literal
+from xml.etree import ElementTree
+
+import attrs
 
 from agentlooptest._backends import Backend, current, needs_other, wrong_backend_message
-from agentlooptest._clause import CAPABILITIES, REOPEN, Clause, Violation, format_violation
-from agentlooptest._cleanup import run_cleanup
-from agentlooptest._registry import CLAUSES
-from agentlooptest._report import ClauseResult, Outcome, Report
-from agentlooptest._run_clause import CLAUSE_TIMEOUT, run_clause_telling_backend
-from agentlooptest._stores import probe, skip_reason
+from agentlooptest._cancel import cancel_violation, spurious_cancel
+from agentlooptest._clause import (
+    CAPABILITIES,
+    REOPEN,
+    Clause,
+    Violation,
+    first_in_group,
+    format_violation,
+)
+from agentlooptest._clauses import CLAUSES
+from agentlooptest._harness import Harness, probe, run_cleanup, skip_reason
+from agentlooptest._stall import Hung, StoreSpun, stall_violation, watched
 
-if TYPE_CHECKING:
-    from agentlooptest._harness import Harness
+Outcome = Literal["passed", "failed", "skipped"]
+
+REPORT_VERSION = 1
+"""The version of the JSON report shape; raised when a key changes meaning or goes away."""
+
+
+@attrs.frozen
+class ClauseResult:
+    """How one clause fared: ``outcome`` and, unless it passed, ``message`` says why."""
+
+    id: str
+    title: str
+    protocol: str
+    capability: str | None
+    outcome: Outcome
+    message: str = ""
+    duration: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class Report:
+    """The result of :func:`agentlooptest.certify`.
+
+    ``ok`` is true when no clause failed and at least one passed (skipped
+    clauses cover capabilities the store does not have). ``level`` names what was certified, e.g.
+    ``"step: base + all, delete_session; session: not certified"``.
+    ``duration`` is in seconds. ``pattern`` is the ``-k`` selection when only
+    some clauses ran: such a report never says "certified". ``notes`` are
+    problems outside any clause (the harness's final cleanup failed).
+    """
+
+    results: tuple[ClauseResult, ...]
+    level: str
+    duration: float
+    capabilities: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
+    pattern: str | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """Whether every clause that ran passed, and at least one ran."""
+        return not self.failed and bool(self.passed)
+
+    @property
+    def passed(self) -> tuple[ClauseResult, ...]:
+        """The clauses that passed."""
+        return tuple(r for r in self.results if r.outcome == "passed")
+
+    @property
+    def failed(self) -> tuple[ClauseResult, ...]:
+        """The clauses that failed."""
+        return tuple(r for r in self.results if r.outcome == "failed")
+
+    @property
+    def skipped(self) -> tuple[ClauseResult, ...]:
+        """The clauses that did not apply, each with its reason in ``message``."""
+        return tuple(r for r in self.results if r.outcome == "skipped")
+
+    def result(self, clause_id: str) -> ClauseResult:
+        """The result of one clause.
+
+        Raises:
+            KeyError: no clause with that id ran.
+        """
+        for r in self.results:
+            if r.id == clause_id:
+                return r
+        raise KeyError(clause_id)
+
+    @property
+    def verdict(self) -> str:
+        """One line: certified or not, and the counts."""
+        counts = (
+            f"{len(self.passed)} passed, {len(self.failed)} failed, "
+            f"{len(self.skipped)} skipped in {self.duration:.1f}s"
+        )
+        if not self.failed and not self.passed:
+            return f"NOTHING CERTIFIED: every selected clause was skipped: {counts}"
+        if self.ok and self.pattern:
+            return f"PASSED the clauses matching {self.pattern!r} (a partial run): {counts}"
+        if self.ok:
+            return f"CERTIFIED ({self.level}): {counts}"
+        ids = ", ".join(r.id for r in self.failed[:5])
+        more = f" and {len(self.failed) - 5} more" if len(self.failed) > 5 else ""
+        return f"NOT CERTIFIED: {counts}; broken: {ids}{more}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict, the shape the README's "Report formats" documents.
+
+        ``version`` (:data:`REPORT_VERSION`), ``ok``, ``level``, ``pattern``,
+        ``verdict``, ``duration``, ``capabilities``, ``notes`` and ``results``
+        (each a :meth:`ClauseResult.to_dict`). The CLI's ``--json`` writes one
+        such dict per target, each with a ``target`` key added.
+        """
+        return {
+            "version": REPORT_VERSION,
+            "ok": self.ok,
+            "level": self.level,
+            "pattern": self.pattern,
+            "verdict": self.verdict,
+            "duration": self.duration,
+            "capabilities": {k: list(v) for k, v in self.capabilities.items()},
+            "notes": list(self.notes),
+            "results": [r.to_dict() for r in self.results],
+        }
+
+    def to_junit_xml(self, name: str = "agentlooptest") -> str:
+        """The report as a JUnit XML document (one ``testcase`` per clause)."""
+        root = ElementTree.Element("testsuites")
+        root.append(self.junit_suite(name))
+        return ElementTree.tostring(root, encoding="unicode", xml_declaration=True)
+
+    def junit_suite(self, name: str) -> ElementTree.Element:
+        """One JUnit ``testsuite`` element named ``name``, one ``testcase`` per clause."""
+        suite = ElementTree.Element(
+            "testsuite",
+            name=_xml_text(name),
+            tests=str(len(self.results)),
+            failures=str(len(self.failed)),
+            skipped=str(len(self.skipped)),
+            errors="0",
+            time=f"{self.duration:.3f}",
+        )
+        for r in self.results:
+            case = ElementTree.SubElement(
+                suite,
+                "testcase",
+                classname=_xml_text(f"{name}.{r.protocol}"),
+                name=r.id,
+                time=f"{r.duration:.3f}",
+            )
+            if r.outcome == "failed":
+                first = r.message.splitlines()[0] if r.message else ""
+                failure = ElementTree.SubElement(case, "failure", message=_xml_text(first))
+                failure.text = _xml_text(r.message)
+            elif r.outcome == "skipped":
+                ElementTree.SubElement(case, "skipped", message=_xml_text(r.message))
+        return suite
+
+
+# XML 1.0 cannot carry these at all, not even as character references.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_text(text: str) -> str:
+    """``text`` with the characters XML 1.0 forbids written as ``\\xNN`` escapes.
+
+    Failure messages quote what a store returned, NUL and control characters included.
+    """
+    return _NOT_XML.sub(lambda m: ascii(m.group())[1:-1], text)
+
+
+CLAUSE_TIMEOUT = 300.0
+"""Seconds one clause may run before it fails as hung (a deadlocked or spinning store)."""
+
+
+class ClauseFailed(AssertionError):
+    """A clause failed; the message names the clause and says what broke and why it matters."""
+
+
+class WrongBackend(ClauseFailed):
+    """The store cannot run on this backend; ``backend`` is the one it needs."""
+
+    def __init__(self, message: str, backend: Backend) -> None:
+        super().__init__(message)
+        self.backend = backend
+
+
+def wrong_backend(clause: Clause, exc: BaseException | None) -> WrongBackend | None:
+    """The failure to raise when ``exc`` says the store needs the other backend, else ``None``."""
+    running = current()
+    found = needs_other(exc, running)
+    if found is None:
+        return None
+    need, error = found
+    return WrongBackend(wrong_backend_message(clause.id, clause.title, running, need, error), need)
+
+
+async def run_check(
+    clause: Clause, harness: Harness, *, clause_timeout: float = CLAUSE_TIMEOUT
+) -> None:
+    """Run ``clause``'s check once, ended after ``clause_timeout`` even if the store spins.
+
+    The harness's ``cleanup`` runs afterwards, whatever happened (cancellation included).
+
+    Raises:
+        ClauseFailed: the store broke the clause, hung or spun past ``clause_timeout``,
+            or the harness's cleanup failed.
+        Exception: whatever the store raised unexpectedly, with a note naming the clause.
+    """
+    try:
+        await _check(clause, harness, clause_timeout)
+    except ClauseFailed as failed:
+        problem = await run_cleanup(harness)
+        if problem is None:
+            raise
+        raise ClauseFailed(f"{failed}\n  also:     {problem}") from None
+    except BaseException as exc:
+        problem = await run_cleanup(harness)
+        if problem is not None:
+            exc.add_note(f"[{clause.id}] also: {problem}")
+        raise
+    problem = await run_cleanup(harness)
+    if problem is not None:
+        raise ClauseFailed(
+            format_violation(
+                clause,
+                Violation(
+                    "ran the clause's check (it passed), then the harness's cleanup()",
+                    "cleanup() to finish",
+                    problem,
+                    "a cleanup that fails leaves every clause's stores behind in the backend",
+                ),
+            )
+        )
+
+
+async def _check(clause: Clause, harness: Harness, clause_timeout: float) -> None:
+    try:
+        with watched(clause_timeout):
+            try:
+                await clause.check(harness)
+            except BaseExceptionGroup as group:
+                found = first_in_group(group, Violation) or first_in_group(group, StoreSpun)
+                if found is None:
+                    raise
+                raise found from None
+    except Violation as violation:
+        wrong = wrong_backend(clause, violation.__context__)
+        raise wrong or ClauseFailed(format_violation(clause, violation)) from None
+    except StoreSpun as spun:
+        stalled = stall_violation(spun, clause_timeout, spun=True)
+        raise ClauseFailed(format_violation(clause, stalled)) from None
+    except Hung as slow:
+        hung = stall_violation(slow.stuck or slow, clause_timeout, spun=False)
+        raise ClauseFailed(format_violation(clause, hung)) from None
+    except BaseException as exc:
+        if not isinstance(exc, Exception):
+            if spurious_cancel(exc) is None:
+                raise
+            raise ClauseFailed(format_violation(clause, cancel_violation(exc))) from None
+        wrong = wrong_backend(clause, exc)
+        if wrong is not None:
+            raise wrong from None
+        exc.add_note(f"[{clause.id}] the store raised unexpectedly while checking: {clause.title}")
+        raise
+
+
+async def run_clause(
+    clause: Clause, harness: Harness, *, clause_timeout: float = CLAUSE_TIMEOUT
+) -> tuple[ClauseResult, Backend | None]:
+    """Run ``clause`` and record its outcome; never raises for a store's failure.
+
+    Also returns the backend the store needs when it failed for running on
+    this one (``None`` otherwise).
+    """
+    start = time.perf_counter()
+    outcome: Outcome = "passed"
+    message = ""
+    need: Backend | None = None
+    try:
+        await run_check(clause, harness, clause_timeout=clause_timeout)
+    except ClauseFailed as failed:
+        outcome, message = "failed", str(failed)
+        need = failed.backend if isinstance(failed, WrongBackend) else None
+    except Exception as exc:
+        outcome = "failed"
+        message = (
+            f"[{clause.id}] {clause.title}\n"
+            f"  the store raised {type(exc).__name__}: {exc}\n"
+            f"  why:      {clause.why}\n" + "".join(traceback.format_exception(exc)).rstrip()
+        )
+    result = ClauseResult(
+        id=clause.id,
+        title=clause.title,
+        protocol=clause.protocol,
+        capability=clause.capability,
+        outcome=outcome,
+        message=message,
+        duration=time.perf_counter() - start,
+    )
+    return result, need
+
 
 _PROTOCOLS = {"step": "StepStore", "session": "SessionStore"}
 
@@ -189,9 +495,7 @@ async def _one(clause: Clause, harness: Harness, run: _Run, clause_timeout: floa
     reason = skip_reason(clause, harness, capabilities.get(clause.protocol, frozenset()))
     if reason is not None:
         return result("skipped", reason)
-    outcome, needed = await run_clause_telling_backend(
-        clause, harness, clause_timeout=clause_timeout
-    )
+    outcome, needed = await run_clause(clause, harness, clause_timeout=clause_timeout)
     if needed is not None:
         run.wrong, run.wrong_told = (needed, outcome.message), clause.id
     return outcome

@@ -1,4 +1,11 @@
-"""A clause: one promise a store makes to the loop, with the check that proves it."""
+"""A clause: one promise a store makes to the loop, the check that proves it, and how it fails.
+
+A check raises :class:`Violation` (usually through :func:`expect`) saying what
+it did, what it expected and what came back; :func:`format_violation` turns
+that into the failure message every front door shows. :func:`clause`
+declares a check as a clause; the clause modules under ``_clauses/`` use it,
+and ``agentlooptest._clauses`` orders what they declared into ``CLAUSES``.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +14,7 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Literal, TypeVar
 
 import attrs
 
@@ -26,8 +33,7 @@ from agentloop import (
     SupportsRevisions,
 )
 
-if TYPE_CHECKING:
-    from agentlooptest._harness import Harness
+E = TypeVar("E", bound=BaseException)
 
 Protocol = Literal["step", "session"]
 """Which store a clause certifies: the ``StepStore`` or the ``SessionStore``."""
@@ -56,7 +62,12 @@ views (``acquire_lease``, ``renew_lease``, ``release_lease``, ``fenced``).
 REOPEN = "reopen"
 """The pseudo-capability of durability clauses: the harness must give ``reopen``."""
 
-Check = Callable[["Harness"], Awaitable[None]]
+Check = Callable[[Any], Awaitable[None]]
+"""A clause's check: awaited with the :class:`~agentlooptest.Harness` under test.
+
+Typed ``Any`` here because the harness's module builds on this one (it raises
+:class:`Violation`), and a module never imports one that imports it back.
+"""
 
 _SOURCE_ROOT = Path(__file__).resolve().parent.parent
 
@@ -146,50 +157,6 @@ def _show(value: object) -> str:
     return text if len(text) <= 600 else f"{text[:600]}... ({len(text)} chars)"
 
 
-def format_violation(clause: Clause, violation: Violation) -> str:
-    """The failure message: clause id and title, did / expected / got / why, and a hint.
-
-    The ``hint:`` line (the usual cause) is there when the violation or the
-    clause knows one.
-    """
-    hint = violation.hint or clause.hint
-    return (
-        f"[{clause.id}] {clause.title}\n"
-        f"  did:      {violation.did}\n"
-        f"  expected: {violation.expected}\n"
-        f"  got:      {violation.got}\n"
-        f"  why:      {violation.why or clause.why}" + (f"\n  hint:     {hint}" if hint else "")
-    )
-
-
-_REGISTRY: list[Clause] = []
-
-
-def clause(
-    id: str,
-    title: str,
-    *,
-    why: str,
-    capability: str | None = None,
-    hint: str = "",
-) -> Callable[[Check], Check]:
-    """Register the decorated check as a clause, in definition order."""
-
-    def register(check: Check) -> Check:
-        protocol: Protocol = "step" if id.startswith("step.") else "session"
-        if any(c.id == id for c in _REGISTRY):
-            raise ValueError(f"duplicate clause id {id!r}")
-        _REGISTRY.append(Clause(id, title, protocol, capability, why, check, hint=hint))
-        return check
-
-    return register
-
-
-def registered() -> tuple[Clause, ...]:
-    """Every clause registered so far, in registration order."""
-    return tuple(_REGISTRY)
-
-
 async def expect_refused(
     did: str, call: Callable[[], Awaitable[object]], *errors: type[Exception]
 ) -> None:
@@ -209,3 +176,63 @@ async def expect_closed(what: str, call: Callable[[], Awaitable[object]]) -> Non
     await expect_refused(
         f"closed the store with aclose(), then called {what}", call, StoreClosedError
     )
+
+
+def format_violation(clause: Clause, violation: Violation) -> str:
+    """The failure message: clause id and title, did / expected / got / why, and a hint.
+
+    The ``hint:`` line (the usual cause) is there when the violation or the
+    clause knows one.
+    """
+    hint = violation.hint or clause.hint
+    return (
+        f"[{clause.id}] {clause.title}\n"
+        f"  did:      {violation.did}\n"
+        f"  expected: {violation.expected}\n"
+        f"  got:      {violation.got}\n"
+        f"  why:      {violation.why or clause.why}" + (f"\n  hint:     {hint}" if hint else "")
+    )
+
+
+def first_in_group(group: BaseExceptionGroup[BaseException], kind: type[E]) -> E | None:
+    """The first exception of ``kind`` in a (nested) exception group from a nursery."""
+    for exc in group.exceptions:
+        if isinstance(exc, kind):
+            return exc
+        if isinstance(exc, BaseExceptionGroup):
+            found = first_in_group(exc, kind)
+            if found is not None:
+                return found
+    return None
+
+
+_REGISTRY: list[Clause] = []
+
+
+def clause(
+    id: str,
+    title: str,
+    *,
+    why: str,
+    capability: str | None = None,
+    hint: str = "",
+) -> Callable[[Check], Check]:
+    """Register the decorated check as a clause, in definition order.
+
+    Raises:
+        ValueError: the id is malformed or taken, or the capability unknown.
+    """
+
+    def register(check: Check) -> Check:
+        protocol: Protocol = "step" if id.startswith("step.") else "session"
+        if any(c.id == id for c in _REGISTRY):
+            raise ValueError(f"duplicate clause id {id!r}")
+        _REGISTRY.append(Clause(id, title, protocol, capability, why, check, hint=hint))
+        return check
+
+    return register
+
+
+def registered() -> tuple[Clause, ...]:
+    """Every clause registered so far, in registration order."""
+    return tuple(_REGISTRY)

@@ -1,5 +1,10 @@
 """Front door 3: ``agentlooptest certify [TARGET]``, a table, a level and a verdict.
 
+``TARGET`` (``module:attr``) is resolved to a ``Harness`` here (:func:`load`);
+without one, the built-in stores are certified (:func:`builtin_targets`).
+``agentlooptest clauses`` lists the clauses (``--where``: each one's pytest
+test name and the ``file:line`` of its check).
+
 Exit status: 0 when every clause that applies passed, 1 when one failed,
 2 for a usage error or a target that cannot be loaded.
 """
@@ -7,22 +12,125 @@ Exit status: 0 when every clause that applies passed, 1 when one failed,
 from __future__ import annotations
 
 import argparse
+import importlib
+import inspect
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
 from typing import TextIO
 from xml.etree import ElementTree
 
+import anyio
+
 from agentloop._shared import check_seconds
 from agentlooptest._backends import BACKENDS, run_in
-from agentlooptest._builtin import BUILTIN_NAMES, builtin_targets
-from agentlooptest._certify import certify, matches
+from agentlooptest._cancel import spurious_cancel
+from agentlooptest._certify import (
+    CLAUSE_TIMEOUT,
+    REPORT_VERSION,
+    ClauseResult,
+    Report,
+    certify,
+    matches,
+)
 from agentlooptest._clause import Clause
-from agentlooptest._registry import CLAUSES
-from agentlooptest._report import REPORT_VERSION, ClauseResult, Report
-from agentlooptest._run_clause import CLAUSE_TIMEOUT
-from agentlooptest._target import TargetError, load
+from agentlooptest._clauses import CLAUSES
+from agentlooptest._harness import Harness
+
+PG_DSN_VARIABLE = "AGENTLOOP_PG_DSN"
+
+BUILTIN_NAMES = ("agentloopmem", "sqlite", f"postgres (when {PG_DSN_VARIABLE} is set)")
+"""How ``--help`` names what ``agentlooptest certify`` runs when given no target."""
+
+
+def builtin_targets() -> dict[str, str]:
+    """The targets ``agentlooptest certify`` runs when given none, by name.
+
+    The in-memory stores and a ``SqliteStore`` on a temporary file always; a
+    ``PostgresStore`` in a throw-away schema when ``AGENTLOOP_PG_DSN`` is set.
+    """
+    targets = {
+        "agentloopmem": "agentlooptest:memory_harness",
+        "sqlite": "agentloopsql.testing:sqlite",
+    }
+    if os.environ.get(PG_DSN_VARIABLE):
+        targets["postgres"] = "agentloopsql.testing:postgres"
+    return targets
+
+
+class TargetError(Exception):
+    """The target could not be loaded; the message is one line for the user."""
+
+
+async def load(target: str) -> Harness:
+    """Import ``module:attr`` and return the ``Harness`` it names or builds.
+
+    ``attr`` (dotted for nested attributes) is a ``Harness`` or a
+    zero-argument callable (sync or async) returning one. The current
+    directory is importable, as it is for ``python -m``.
+
+    Raises:
+        TargetError: the target is malformed, cannot be imported (whatever its
+            import raised, ``SystemExit`` included; never ``KeyboardInterrupt``),
+            or is not a Harness.
+    """
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise TargetError(f"target must look like 'module:attr', got {target!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except BaseException as exc:  # SystemExit from a module's top level too
+        if _propagates(exc):
+            raise
+        raise TargetError(
+            f"cannot import {module_name!r} for target {target!r}: {_one_line(exc)}"
+        ) from exc
+    value: object = module
+    for part in attr.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise TargetError(
+                f"{module_name!r} has no attribute {attr!r} (target {target!r})"
+            ) from None
+    if not isinstance(value, Harness):
+        if not callable(value):
+            raise TargetError(
+                f"{target!r} is neither a Harness nor a callable returning one: {value!r:.80}"
+            )
+        try:
+            value = value()
+            if inspect.isawaitable(value):
+                value = await value
+        except BaseException as exc:
+            if _propagates(exc):
+                raise
+            raise TargetError(f"calling {target!r} raised {_one_line(exc)}") from exc
+    if not isinstance(value, Harness):
+        raise TargetError(f"{target!r} must give an agentlooptest.Harness, got {value!r:.80}")
+    return value
+
+
+def _propagates(exc: BaseException) -> bool:
+    """Whether ``exc`` ends the run: a ``KeyboardInterrupt`` or a real cancellation.
+
+    A ``CancelledError`` raised although nothing cancelled the run is the
+    target's own error (see ``_cancel``).
+    """
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    return isinstance(exc, anyio.get_cancelled_exc_class()) and spurious_cancel(exc) is None
+
+
+def _one_line(exc: BaseException) -> str:
+    """``Type: message`` on one line: a multi-line message is folded with `` / ``."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return type(exc).__name__ + (": " + " / ".join(lines) if lines else "")
+
 
 _MARK = {"passed": "pass", "failed": "FAIL", "skipped": "skipped"}
 
@@ -73,7 +181,8 @@ def _parser() -> argparse.ArgumentParser:
     lst.add_argument(
         "--where",
         action="store_true",
-        help="with each clause's pytest test name and the file:line of its check",
+        help="with each clause's pytest test name and the file:line of its check (in the "
+        "module its family, the id's first two parts, lives in: step_all.py, lease.py, ...)",
     )
     lst.add_argument(
         "-k",

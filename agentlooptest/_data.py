@@ -1,4 +1,5 @@
-"""Sample values the clauses write, and how they describe what came back."""
+"""Sample values the clauses write, how they compare and describe what came back,
+and the session checks several clause modules share."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 
 import attrs
 
-from agentloop import RunStep, StepType
+from agentloop import FinalizeSummary, RunStatus, RunStep, Session, StepType
+from agentlooptest._clause import expect
 
 T0 = datetime(2026, 3, 14, 15, 9, 26, 535897, tzinfo=UTC)
 """A fixed base time with every microsecond digit set."""
@@ -207,3 +209,57 @@ def mismatch(want: list[RunStep], got: object) -> str:
         if diffs:
             return f"{shown}; step [{i}] differs: {'; '.join(diffs)}"
     return shown
+
+
+SENTINEL = "agentlooptest-sentinel"
+"""A session id the fresh-store clauses write in one store and look for in another."""
+
+DONE = FinalizeSummary(RunStatus.completed, 10, 20, 3, 400, 17)
+"""A completed run's summary with every field distinct: what the session clauses finalize."""
+
+
+async def expect_data(store: Any, sid: str, want: str | None, did: str, **kw: Any) -> Session:
+    """``get(sid)`` and check it returns ``sid`` with data JSON-equal to ``want``."""
+    got = await store.get(sid)
+    expect(
+        isinstance(got, Session) and got.id == sid and json_equal(want, got.data),
+        did=did,
+        expected=f"Session(id={sid!r}, data={want!r:.200})",
+        got=got,
+        **kw,
+    )
+    return got  # type: ignore[no-any-return]
+
+
+async def expect_exists(store: Any, sid: str, want: bool, did: str, **kw: Any) -> None:
+    """``exists(sid)`` is exactly ``want``."""
+    got = await store.exists(sid)
+    expect(got is want, did=did, expected=f"exists({sid!r}) is {want}", got=got, **kw)
+
+
+async def seed_session(store: Any, sid: str) -> None:
+    """Give ``sid`` data and an error summary, so a later call has something to lose."""
+    await store.update_data(sid, '{"before": 1}')
+    await store.finalize(sid, FinalizeSummary(RunStatus.error, step_count=1))
+
+
+def same_session(want: Session, got: object) -> bool:
+    """Whether ``got`` is a Session with ``want``'s id, model, system prompt and data."""
+    return (
+        isinstance(got, Session)
+        and (got.id, got.model, got.system_prompt) == (want.id, want.model, want.system_prompt)
+        and json_equal(want.data, got.data)
+    )
+
+
+LONG_IDS = ("x" * 300 + "1", "x" * 300 + "2", "é" * 511 + "a", "é" * 511 + "b", "é" * 512)
+"""Ids past 255 and 512 characters that differ only at the end, up to the 1,024-byte maximum."""
+
+LONG_HINT = "an id column or index key cut at a fixed length (VARCHAR(255), a key prefix)"
+
+
+def short_id(sid: str) -> str:
+    """A long id shown as its start, length and end."""
+    if len(sid) <= 40:
+        return repr(sid)
+    return f"{sid[:6]!r}...<{len(sid)} chars>...{sid[-4:]!r}"

@@ -1,13 +1,28 @@
-"""``Harness``: how the contract opens the stores it certifies."""
+"""What the contract runs against: the ``Harness``, the stores it opens, and its cleanup.
+
+:class:`Harness` is how a store's author tells the contract to open, prepare
+and reopen the stores under test. The rest opens them for a clause (a fresh
+store per :func:`open_steps` / :func:`open_sessions`, closed on the way out),
+probes what they can do (:func:`probe`, :func:`skip_reason`) and runs the
+harness's ``cleanup`` after each clause (:func:`run_cleanup`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import attrs
 
+from agentloop import RunStep, SessionStore, StepStore, SupportsAclose
 from agentloop._shared import preview
+from agentlooptest._cancel import SpuriousCancel, spurious_cancel
+from agentlooptest._clause import CAPABILITIES, REOPEN, Clause, Violation, first_in_group
+from agentlooptest._stall import Hung, StoreSpun, stall_violation, watched
 
 StoreFactory = Callable[[], Awaitable[Any]]
 """A zero-argument async callable returning a fresh, empty store."""
@@ -77,3 +92,227 @@ class Harness:
     def __attrs_post_init__(self) -> None:
         if self.new_step_store is None and self.new_session_store is None:
             raise TypeError("Harness needs new_step_store, new_session_store or both; got neither")
+
+
+async def _memory_steps() -> object:
+    from agentloopmem import StepStore
+
+    return StepStore()
+
+
+async def _memory_sessions() -> object:
+    from agentloopmem import SessionStore
+
+    return SessionStore()
+
+
+def memory_harness() -> Harness:
+    """A ``Harness`` for the ``agentloopmem`` stores (no ``reopen``: nothing outlives a store)."""
+    return Harness(new_step_store=_memory_steps, new_session_store=_memory_sessions)
+
+
+CLOSE_TIMEOUT = 30.0
+"""Seconds ``aclose`` may take before the contract gives up on it."""
+
+
+class Steps:
+    """A step store under test, with ``append`` calling ``ensure_session`` first, every time.
+
+    Every append of a clause goes through :meth:`append` (or, for a call that
+    is cancelled or raced on purpose, follows :meth:`ensure` for its id), so a
+    store whose steps need a session row gets one again after a
+    ``delete_session`` removed it (a foreign key with cascading delete).
+    """
+
+    def __init__(self, harness: Harness, store: Any) -> None:
+        self.harness = harness
+        self.store = store
+
+    async def ensure(self, session_id: str) -> None:
+        """Run the harness's ``ensure_session`` for ``session_id`` (it is idempotent)."""
+        if self.harness.ensure_session is not None:
+            await self.harness.ensure_session(self.store, session_id)
+
+    async def append(self, step: RunStep) -> None:
+        """Append ``step`` after making its session legal."""
+        await self.ensure(step.session_id)
+        await self.store.append(step)
+
+    async def append_all(self, steps: list[RunStep]) -> None:
+        """Append each of ``steps``, one after another."""
+        for step in steps:
+            await self.append(step)
+
+    async def last_n(self, session_id: str, n: int) -> list[RunStep]:
+        """``store.last_n``, typed."""
+        result: list[RunStep] = await self.store.last_n(session_id, n)
+        return result
+
+
+async def aclose_quietly(store: object) -> None:
+    """``aclose`` ``store`` if it can, shielded and bounded, whatever happened before."""
+    if isinstance(store, SupportsAclose):
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_TIMEOUT):
+            await store.aclose()
+
+
+async def _new(factory: StoreFactory | None, what: str, protocol: type) -> Any:
+    if factory is None:
+        raise RuntimeError(f"the harness has no {what} factory")  # callers check first
+    made = factory()
+    if not inspect.isawaitable(made):
+        await aclose_quietly(made)
+        raise Violation(
+            f"called the harness's {what} factory",
+            "an awaitable: factories are zero-argument async callables "
+            "(`async def new_store(): return MyStore()`)",
+            f"{made!r:.200} returned directly: a plain (sync) callable",
+            "the contract awaits the factory for every store it opens",
+        )
+    store = await made
+    if not isinstance(store, protocol):
+        await aclose_quietly(store)
+        raise Violation(
+            f"called the harness's {what} factory",
+            f"a {protocol.__name__} (methods {_methods(protocol)})",
+            f"{store!r}",
+            "the loop calls these methods on every run; a store without them cannot be used",
+        )
+    return store
+
+
+def _methods(protocol: type) -> str:
+    names = [n for n in vars(protocol) if not n.startswith("_")]
+    return ", ".join(names)
+
+
+@asynccontextmanager
+async def open_steps(harness: Harness) -> AsyncIterator[Steps]:
+    """A fresh step store from the harness, closed on the way out."""
+    store = await _new(harness.new_step_store, "new_step_store", StepStore)
+    try:
+        yield Steps(harness, store)
+    finally:
+        await aclose_quietly(store)
+
+
+@asynccontextmanager
+async def open_sessions(harness: Harness) -> AsyncIterator[Any]:
+    """A fresh session store from the harness, closed on the way out."""
+    store = await _new(harness.new_session_store, "new_session_store", SessionStore)
+    try:
+        yield store
+    finally:
+        await aclose_quietly(store)
+
+
+@asynccontextmanager
+async def reopened(harness: Harness, store: object) -> AsyncIterator[Any]:
+    """A second handle onto ``store``'s backend, closed on the way out unless it is ``store``."""
+    if harness.reopen is None:
+        raise RuntimeError("the harness has no reopen")  # callers check first
+    other = await harness.reopen(store)
+    try:
+        yield other
+    finally:
+        if other is not store:
+            await aclose_quietly(other)
+
+
+async def probe(harness: Harness, protocol: str, *, clause_timeout: float) -> frozenset[str]:
+    """The optional capabilities of a store the ``protocol`` factory returns.
+
+    Opening (and closing) the store may take up to ``clause_timeout`` seconds.
+
+    Raises:
+        Violation: the factory returned something that is not the protocol, is
+            not async, or did not return (or the store did not close) in time.
+        SpuriousCancel: the factory (or the store's ``aclose``) raised
+            ``CancelledError`` although nothing cancelled it (asyncio).
+    """
+    what = "new_step_store" if protocol == "step" else "new_session_store"
+    try:
+        with watched(clause_timeout):
+            if protocol == "step":
+                async with open_steps(harness) as steps:
+                    store = steps.store
+                    return frozenset(n for n, p in CAPABILITIES.items() if isinstance(store, p))
+            async with open_sessions(harness) as store:
+                return frozenset(n for n, p in CAPABILITIES.items() if isinstance(store, p))
+    except Hung:
+        raise Violation(
+            f"called the harness's {what} factory to open a store",
+            f"a store within {clause_timeout:g}s",
+            "it was still running: the factory never returned (a database it waits for?)",
+            "every clause opens a store this way; none of them can run",
+        ) from None
+    except StoreSpun as spun:
+        stalled = stall_violation(spun, clause_timeout, spun=True)
+        raise Violation(
+            f"called the harness's {what} factory to open (and close) a store",
+            stalled.expected,
+            stalled.got,
+            "every clause opens a store this way; none of them can run",
+            hint=stalled.hint,
+        ) from None
+    except BaseExceptionGroup as group:  # a factory's own nursery
+        found = first_in_group(group, StoreSpun)
+        if found is None:
+            raise
+        raise Violation(
+            f"called the harness's {what} factory to open (and close) a store",
+            f"a store within {clause_timeout:g}s",
+            stall_violation(found, clause_timeout, spun=True).got,
+            "every clause opens a store this way; none of them can run",
+        ) from None
+    except asyncio.CancelledError as exc:
+        error: SpuriousCancel | None = spurious_cancel(exc)
+        if error is None:
+            raise
+        raise error from exc
+
+
+def skip_reason(clause: Clause, harness: Harness, capabilities: frozenset[str]) -> str | None:
+    """Why ``clause`` cannot run against this harness and store, or ``None`` when it can."""
+    if clause.protocol == "step" and harness.new_step_store is None:
+        return "no new_step_store in the harness: the StepStore protocol is not certified"
+    if clause.protocol == "session" and harness.new_session_store is None:
+        return "no new_session_store in the harness: the SessionStore protocol is not certified"
+    if clause.capability == REOPEN:
+        if harness.reopen is None:
+            return "no reopen in the harness: durability across handles is not checked"
+        return None
+    if clause.capability == "combined" and "combined" not in capabilities:
+        return "the session store is not also a StepStore: the one-object clauses do not apply"
+    if clause.capability == "lease" and "lease" not in capabilities:
+        return "the store has no leases (agentloop.SupportsLease): optional capability"
+    if clause.capability is not None and clause.capability not in capabilities:
+        proto = CAPABILITIES[clause.capability].__name__
+        return f"the store has no {clause.capability}() (agentloop.{proto}): optional capability"
+    return None
+
+
+CLEANUP_TIMEOUT = 30.0
+"""Seconds the harness's ``cleanup`` may take before the contract gives up on it."""
+
+
+async def run_cleanup(harness: Harness) -> str | None:
+    """Await ``harness.cleanup()`` if there is one, even in a cancelled scope.
+
+    Returns ``None`` when it finished, else one line saying how it failed
+    (raised, hung or spun past :data:`CLEANUP_TIMEOUT`).
+    """
+    if harness.cleanup is None:
+        return None
+    try:
+        with anyio.CancelScope(shield=True), watched(CLEANUP_TIMEOUT):
+            await harness.cleanup()
+    except (Hung, StoreSpun):
+        return f"the harness's cleanup() did not finish within {CLEANUP_TIMEOUT:g}s"
+    except BaseException as exc:
+        if isinstance(exc, Exception):
+            return f"the harness's cleanup() raised {type(exc).__name__}: {exc}"
+        if spurious_cancel(exc) is None:
+            raise
+        return "the harness's cleanup() raised CancelledError, although nothing cancelled it"
+    return None

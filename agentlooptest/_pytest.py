@@ -34,12 +34,17 @@ from agentlooptest._backends import (
     run_in,
     wrong_backend_message,
 )
-from agentlooptest._certify import factory_error, factory_failure
+from agentlooptest._certify import (
+    CLAUSE_TIMEOUT,
+    ClauseFailed,
+    WrongBackend,
+    factory_error,
+    factory_failure,
+    run_check,
+)
 from agentlooptest._clause import Clause, Violation
-from agentlooptest._harness import Harness
-from agentlooptest._registry import CLAUSES
-from agentlooptest._run_clause import CLAUSE_TIMEOUT, ClauseFailed, WrongBackend, run_check
-from agentlooptest._stores import probe, skip_reason
+from agentlooptest._clauses import CLAUSES
+from agentlooptest._harness import Harness, probe, skip_reason
 
 _BY_NAME: dict[str, Clause] = {c.test_name: c for c in CLAUSES}
 _PROBED: dict[tuple[type, str, str], frozenset[str] | str] = {}

@@ -1,4 +1,5 @@
-"""Ending a clause whose store never returns, or spins without ever yielding to the event loop.
+"""Ending a clause whose store never returns, or spins without ever yielding to the event loop,
+and saying which store call it was.
 
 A deadline (an anyio cancel scope) ends a call that awaits forever, but not
 one that spins in Python on the event-loop thread: a cancellation is
@@ -41,6 +42,13 @@ import anyio
 import trio
 
 from agentloop._shared import on_trio
+from agentlooptest._clause import Violation
+
+SPIN_HINT = (
+    "a loop that polls a cache or flag without awaiting, or blocking work (a sync driver, "
+    "time.sleep) on the event-loop thread"
+)
+HANG_HINT = "a lock or connection never released, or an await on an event nobody sets"
 
 GRACE = 0.25
 """Seconds a task step may run past the deadline before it is interrupted as spinning."""
@@ -215,3 +223,26 @@ def stalled_call(exc: BaseException) -> tuple[str, str]:
     if len(outside) > 1:
         call += f", at {_show(outside[-1])}"
     return clause_line, call
+
+
+def stall_violation(exc: BaseException, seconds: float, *, spun: bool) -> Violation:
+    """The failure for a call that never returned (``spun=False``) or never yielded."""
+    line, call = stalled_call(exc)
+    did = f"`{line}`, in the clause's check" if line else "ran the clause's check"
+    who = f"the store call {call}" if call else "a call into the store"
+    if spun:
+        return Violation(
+            did,
+            f"every store call to return, or at least yield to the event loop, within {seconds:g}s",
+            f"{who} ran past {seconds:g}s without ever yielding to the event loop",
+            "a call that spins without awaiting freezes every task of the loop's process; "
+            "no timeout or cancellation can reach it",
+            hint=SPIN_HINT,
+        )
+    return Violation(
+        did,
+        f"it to finish within {seconds:g}s",
+        f"it was still running: {who} never returned",
+        "a store call that hangs stalls the loop's run forever",
+        hint=HANG_HINT,
+    )

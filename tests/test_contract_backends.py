@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 from broken.native import asyncio_factory_harness, asyncio_harness, trio_harness
 
-from agentlooptest import Harness, certify
-from agentlooptest._report import Report
+from agentlooptest import Harness, Report, certify
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,9 +1,9 @@
 """The contract catches every store in the catalogue of broken stores, each on its own clause.
 
-The catalogue's stores follow the store-call convention of
-``agentloop._backend``, so each runs under trio and under asyncio: the tests
-marked ``anyio`` certify them on both (about 15 s per backend for the
-catalogue, 15 s for the correct stores).
+The catalogue's stores follow the store-call convention
+(``agentloop._shared.call_starts`` / ``call_ends``), so each runs under trio
+and under asyncio: the tests marked ``anyio`` certify them on both (about 15 s
+per backend for the catalogue, 15 s for the correct stores).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 
 import anyio
 import pytest
@@ -11,8 +12,7 @@ import trio
 from broken._good import GoodBoth
 
 from agentloop import RunStep
-from agentloop._backend import LoopHandle
-from agentloop._shared import call_ends, call_starts
+from agentloop._shared import call_ends, call_starts, on_trio
 from agentlooptest import Harness, certify
 from agentlooptest._cancel import Points, cancel_at
 
@@ -173,6 +173,14 @@ async def test_a_store_hung_under_the_model_based_clause_fails_as_hung() -> None
     assert "never returned" in result.message, result.message
 
 
+def _call_soon(fn: Callable[[], object]) -> None:
+    """Run ``fn`` on the running event loop once the current task step is over."""
+    if on_trio():
+        trio.lowlevel.current_trio_token().run_sync_soon(fn)
+    else:
+        asyncio.get_running_loop().call_soon(fn)
+
+
 @pytest.mark.anyio
 async def test_cancelling_the_model_based_clause_stops_its_machine() -> None:
     """The machine's worker thread stops at its next store call once the clause is cancelled.
@@ -188,7 +196,7 @@ async def test_cancelling_the_model_based_clause_stops_its_machine() -> None:
         async def last_n(self, session_id: str, n: int) -> list[RunStep]:
             calls.append(1)
             if len(calls) == 5:  # cancel once this call returned: the thread runs on meanwhile
-                LoopHandle().call_soon(outer[0].cancel)
+                _call_soon(outer[0].cancel)
             return await super().last_n(session_id, n)
 
     async def new() -> Counts:

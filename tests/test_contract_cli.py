@@ -12,8 +12,7 @@ from xml.etree import ElementTree
 import pytest
 
 from agentlooptest import CLAUSES
-from agentlooptest._builtin import builtin_targets
-from agentlooptest._cli import main
+from agentlooptest._cli import builtin_targets, main
 
 _BROKEN_TARGET = textwrap.dedent(
     '''

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from agentlooptest import CLAUSES
-from agentlooptest._cli import clause_table
+from agentlooptest._cli import clause_table, main
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -39,3 +41,12 @@ def test_readme_numbers_match_the_contract() -> None:
     text = README.read_text(encoding="utf-8")
     assert f"two hypothesis state machines ({SETTINGS.max_examples} programs each" in text
     assert f"): {len(CLAUSES)} passed, ..." in text
+
+
+def test_readme_where_example_is_what_the_cli_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's `clauses --where` example line is the command's output, file:line included."""
+    text = README.read_text(encoding="utf-8")
+    command = "$ agentlooptest clauses --where -k test_step_order_oldest_first\n"
+    shown = text[text.index(command) + len(command) :].splitlines()[0]
+    assert main(["clauses", "--where", "-k", "test_step_order_oldest_first"]) == 0
+    assert capsys.readouterr().out.splitlines() == [shown]

@@ -1,4 +1,4 @@
-"""The contract is laid out by clause id: one module per family, one tuple, findable clauses."""
+"""The contract is laid out by clause id: one table maps each family to its module, in order."""
 
 from __future__ import annotations
 
@@ -11,35 +11,36 @@ import pytest
 
 import agentlooptest
 from agentlooptest import CLAUSES
-from agentlooptest._clauses import FAMILIES
+from agentlooptest._clauses import FAMILIES, family
 from agentlooptest._cli import main
 
 _PACKAGE = Path(agentlooptest._clauses.__file__).parent
 _ROOT = Path(agentlooptest.__file__).resolve().parent.parent
 
 
-def _family(clause_id: str) -> str:
-    protocol, family = clause_id.split(".")[:2]
-    return f"{protocol}_{family}".replace("-", "_")
-
-
-def test_each_clause_lives_in_the_module_named_after_its_id() -> None:
-    """`step.order.oldest-first` is in `_clauses/step_order.py`, and so on for every clause."""
+def test_each_clause_lives_in_the_module_its_family_names() -> None:
+    """`step.order.oldest-first` is in the module FAMILIES names for `step.order`, and so on."""
     for c in CLAUSES:
-        assert c.check.__module__ == f"agentlooptest._clauses.{_family(c.id)}", c.id
+        assert c.check.__module__ == FAMILIES[family(c.id)].__name__, c.id
 
 
-def test_families_lists_every_clause_module_once() -> None:
-    """FAMILIES names each clause module of the package exactly once, and each has clauses."""
+def test_families_name_every_clause_module_and_every_family_has_clauses() -> None:
+    """FAMILIES maps every family of CLAUSES, and every clause module of the package is in it."""
     on_disk = {p.stem for p in _PACKAGE.glob("*.py") if not p.stem.startswith("_")}
-    assert len(set(FAMILIES)) == len(FAMILIES)
-    assert set(FAMILIES) == on_disk
-    assert {_family(c.id) for c in CLAUSES} == set(FAMILIES)
+    assert {m.__name__.rpartition(".")[2] for m in FAMILIES.values()} == on_disk
+    assert {family(c.id) for c in CLAUSES} == set(FAMILIES)
+
+
+def test_each_module_docstring_names_its_families() -> None:
+    """A module's docstring lists the families FAMILIES gives it, so its first lines say so."""
+    for name, module in FAMILIES.items():
+        assert f"``{name}" in (module.__doc__ or ""), (name, module.__name__)
 
 
 def test_clauses_follow_families_step_first() -> None:
     """CLAUSES runs family by family in FAMILIES order, every step clause before any session one."""
-    order = [FAMILIES.index(_family(c.id)) for c in CLAUSES]
+    ranks = list(FAMILIES)
+    order = [ranks.index(family(c.id)) for c in CLAUSES]
     assert order == sorted(order)
     protocols = [c.protocol for c in CLAUSES]
     assert protocols == sorted(protocols, key=lambda p: p != "step")
@@ -50,7 +51,8 @@ def test_where_points_at_the_clause_decorator(clause: agentlooptest.Clause) -> N
     """`Clause.where` is the `@clause(` line whose next line is the clause's id."""
     path, _, line = clause.where.rpartition(":")
     lines = (_ROOT / path).read_text(encoding="utf-8").splitlines()
-    assert path == f"agentlooptest/_clauses/{_family(clause.id)}.py"
+    module = FAMILIES[family(clause.id)].__name__
+    assert path == module.replace(".", "/") + ".py"
     assert lines[int(line) - 1].startswith("@clause(")
     assert lines[int(line)].strip() == f'"{clause.id}",'
 

@@ -7,10 +7,9 @@ import time
 import trio
 
 from agentloop import Lease, RunStep
-from agentloopmem import SessionStore, StepStore
-from agentloopmem._fenced import FencedStore
+from agentloopmem import FencedStore, SessionStore, StepStore
 from agentlooptest import Harness, certify
-from agentlooptest._clauses._leases import real_sleep
+from agentlooptest._clauses.lease import real_sleep
 
 
 async def test_real_sleep_waits_wall_clock_time_under_a_fake_clock(
@@ -37,18 +36,22 @@ async def test_a_view_covering_another_stores_appends_is_checked() -> None:
 class _UnfencedAppends(FencedStore):
     """Fences session writes but appends to its step store unchecked."""
 
+    def __init__(self, sessions: SessionStore, steps: StepStore, lease: Lease) -> None:
+        super().__init__(sessions, steps, lease)
+        self.covered = steps
+
     async def append(self, step: RunStep) -> None:
-        await self._steps.append(step)
-
-
-class _LeakyAppends(SessionStore):
-    def fenced(self, lease: Lease) -> FencedStore:
-        assert self._steps is not None
-        return _UnfencedAppends(self, self._steps, lease)
+        await self.covered.append(step)
 
 
 async def _leaky() -> SessionStore:
-    return _LeakyAppends(steps=StepStore())
+    steps = StepStore()
+
+    class LeakyAppends(SessionStore):
+        def fenced(self, lease: Lease) -> FencedStore:
+            return _UnfencedAppends(self, steps, lease)
+
+    return LeakyAppends(steps=steps)
 
 
 async def test_an_unfenced_append_through_a_covering_view_is_caught() -> None:

@@ -23,8 +23,7 @@ import trio
 from broken._good import GoodBoth
 
 from agentloop import RunStep
-from agentlooptest import Harness, certify
-from agentlooptest._report import Report
+from agentlooptest import Harness, Report, certify
 
 
 class CancelsLastN(GoodBoth):

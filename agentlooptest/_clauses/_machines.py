@@ -1,24 +1,40 @@
 """The state machines of the ``*.model-based`` clauses: a store and a model side by side.
 
-Not a clause module: ``step_model_based`` and ``session_model_based`` import
-it when their clause runs. Hypothesis has no async rules, so the state
-machine runs in a worker thread (:func:`_program.run_machine_thread`) and reaches
-the store through :func:`_program.on_loop`, all inside the clause's own event loop run.
+Imported only when one of those clauses runs (``model_based.py``): hypothesis
+is a heavy import, and its trio plugin loads pytest.
+
+**Where the machine runs.** Hypothesis has no async rules, so the machine
+runs in a worker thread (:func:`_in_worker_thread`) and awaits each store call
+on the clause's own event loop (:func:`on_loop`), sharing the clause's
+cancellation.
+
+**The program.** Every store call a machine makes is logged (:func:`call`), so
+a failure shows the program as a numbered list of calls, the last one marked
+where the store and the model parted. Hypothesis replays the shrunk failing
+program last, so after a failure the log is that program. Shrinking runs a
+store call per step through the thread; it is bounded: :data:`SHRINK_SECONDS`
+after the first failing program, the machine stops at the next program's
+start and the shortest failing program seen so far is reported.
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
+import concurrent.futures
 import json
-from collections.abc import Awaitable, Callable, Iterator
-from datetime import timedelta
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from contextvars import ContextVar
+from datetime import datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-import hypothesis.internal.conjecture.engine
+import anyio
+import attrs
+from anyio.from_thread import BlockingPortal
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.reporting import with_reporter
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     invariant,
@@ -28,16 +44,244 @@ from hypothesis.stateful import (
 )
 
 from agentloop import FinalizeSummary, RunStatus, RunStep, Session, StepType
+from agentloop._shared import on_trio
+from agentlooptest._cancel import spurious_cancel
 from agentlooptest._clause import Violation
-from agentlooptest._clauses import _program
-from agentlooptest._clauses._program import Diverged, call, diverged
 from agentlooptest._data import T0, describe, json_equal, mismatch, same_steps
-from agentlooptest._stores import Steps, aclose_quietly
-
-if TYPE_CHECKING:
-    from agentlooptest._harness import Harness
+from agentlooptest._harness import Harness, Steps, aclose_quietly
 
 T = TypeVar("T")
+
+SHRINK_SECONDS = 15
+"""Seconds after the first failing program that shorter ones are looked for (each store call
+is a thread round trip, so shrinking without a bound can take minutes)."""
+
+
+class Diverged(AssertionError):
+    """A store call returned something other than the model's answer."""
+
+    def __init__(self, call: str, got: str, want: str) -> None:
+        super().__init__(f"{call} returned {got}; the model says {want}")
+        self.call = call
+        self.got = got
+        self.want = want
+
+
+@attrs.frozen
+class _Failure:
+    """A failing program: how many calls it made, the calls as shown, and what it raised."""
+
+    calls: int
+    program: str
+    error: Exception
+
+
+class _Program:
+    """The calls of the program running now, and the shortest failing program seen so far."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.first_failure: float | None = None
+        self.shortest: _Failure | None = None
+
+    def failed(self, error: Exception) -> None:
+        """The running program fails with ``error`` (a divergence or the store's own)."""
+        if self.first_failure is None:
+            self.first_failure = time.monotonic()
+        if self.shortest is None or len(self.calls) < self.shortest.calls:
+            text = numbered(self.calls, last_is_failing=isinstance(error, Diverged))
+            self.shortest = _Failure(len(self.calls), text, error)
+
+    def out_of_time(self) -> bool:
+        """Whether :data:`SHRINK_SECONDS` have passed since the first failing program."""
+        started = self.first_failure
+        return started is not None and time.monotonic() - started > SHRINK_SECONDS
+
+
+_THREAD = threading.local()
+"""The machine's worker thread's :class:`_Program` (``.program``)."""
+
+
+def _program() -> _Program:
+    program: _Program = _THREAD.program
+    return program
+
+
+class _OutOfTime(BaseException):
+    """Shrinking ran out of :data:`SHRINK_SECONDS`: the machine stops at a program's start.
+
+    A ``BaseException``, so hypothesis does not take it for a failing program.
+    """
+
+
+def _start() -> None:
+    """A new program begins: forget the last one's calls, or stop if out of time."""
+    program = _program()
+    if program.out_of_time():
+        raise _OutOfTime
+    program.calls.clear()
+
+
+def diverged(same: bool, call: str, got: object, want: object) -> None:
+    """Raise :class:`Diverged` unless ``same`` (``got``/``want`` shown as ``repr`` unless str)."""
+    if not same:
+        error = Diverged(call, _text(got), _text(want))
+        _program().failed(error)
+        raise error
+
+
+def _text(value: object) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= 400 else f"{text[:400]}... ({len(text)} chars)"
+
+
+def call(fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+    """Await ``fn(*args)`` on the event loop thread that started the machine, logging the call."""
+    program = _program()
+    program.calls.append(show_call(fn, args))
+    try:
+        return on_loop(fn, *args)
+    except Exception as exc:
+        program.failed(exc)
+        raise
+
+
+def raises(error: type[Exception], fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> bool:
+    """:func:`call`; whether it raised ``error`` (which, here, is no failure)."""
+    program = _program()
+    program.calls.append(show_call(fn, args))
+    try:
+        on_loop(fn, *args)
+    except error:
+        return True
+    except Exception as exc:
+        program.failed(exc)
+        raise
+    return False
+
+
+class _Calls:
+    """How the machine's thread reaches the loop under asyncio: a portal, and a stop flag."""
+
+    def __init__(self) -> None:
+        self.portal: BlockingPortal | None = None
+        self.stopped = False
+
+
+_CALLS: ContextVar[_Calls | None] = ContextVar("agentlooptest_calls", default=None)
+
+
+class _Cancelled(BaseException):
+    """The clause was cancelled: the machine (in its thread) stops at its next store call.
+
+    A ``BaseException``, so hypothesis does not take it for a failing example.
+    """
+
+
+def on_loop(fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+    """From the machine's worker thread: await ``fn(*args)`` on the event loop, cancellably.
+
+    Once the clause is cancelled the call raises (the backend's cancellation
+    under trio), so the machine stops instead of running its examples out.
+    """
+    calls = _CALLS.get()
+    if calls is None:
+        return anyio.from_thread.run(fn, *args)
+    if calls.stopped or calls.portal is None:
+        raise _Cancelled
+    try:
+        result: T = calls.portal.call(_unless_spurious, fn, *args)
+    except concurrent.futures.CancelledError:
+        calls.stopped = True
+        raise _Cancelled from None
+    return result
+
+
+async def _unless_spurious(fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+    """``await fn(*args)``; a ``CancelledError`` the store raised by itself becomes an error.
+
+    Otherwise it would cancel the portal's call and read as the clause being cancelled.
+    """
+    try:
+        return await fn(*args)
+    except asyncio.CancelledError as exc:
+        error = spurious_cancel(exc)
+        if error is None:
+            raise
+        raise error from exc
+
+
+async def _in_worker_thread(fn: Callable[..., object], *args: Any) -> None:
+    """Run ``fn(*args)`` in a worker thread whose :func:`on_loop` calls share our cancellation.
+
+    Under trio, ``from_thread.run`` already runs in the cancellation context
+    of the ``to_thread`` call. anyio's asyncio backend runs such calls inside
+    the shield that keeps the thread's wait uncancellable, so under asyncio
+    the calls go through a portal inside a scope of ours, and a watcher task
+    cancels that scope and stops the machine when the clause is cancelled
+    (its timeout too): the running store call is cancelled, and the next one
+    raises at once.
+    """
+    if on_trio():
+        await anyio.to_thread.run_sync(fn, *args)
+        return
+    calls, cancelled = _Calls(), False
+
+    async def watch(scope: anyio.CancelScope) -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            calls.stopped = True
+            scope.cancel()
+
+    async with anyio.create_task_group() as tasks:
+        with anyio.CancelScope() as scope:
+            tasks.start_soon(watch, scope)
+            async with BlockingPortal() as calls.portal:
+                token = _CALLS.set(calls)  # the worker thread runs in a copy of this context
+                try:
+                    await anyio.to_thread.run_sync(fn, *args)
+                except _Cancelled:
+                    cancelled = True
+                finally:
+                    _CALLS.reset(token)
+        tasks.cancel_scope.cancel()
+    if cancelled:
+        await anyio.lowlevel.checkpoint()  # the clause's cancellation, delivered here
+        raise RuntimeError("the machine's store calls were cancelled from outside")
+
+
+def show_call(fn: Callable[..., Any], args: tuple[Any, ...]) -> str:
+    """``name(arg, ...)`` as the program shows it: steps compact, times relative to T0."""
+    shown = [_arg(a) for a in args]
+    if isinstance(fn, partial):
+        shown += [f"{k}={_arg(v)}" for k, v in fn.keywords.items()]
+        fn = fn.func
+    return f"{getattr(fn, '__name__', repr(fn))}({', '.join(shown)})"
+
+
+def _arg(value: object) -> str:
+    if isinstance(value, RunStep):
+        return (
+            f"RunStep({value.session_id!r}, {value.step_index}, {value.step_type.value}, "
+            f"{value.content!r}, tool_args={value.tool_args!r}, "
+            f"created_at={_when(value.created_at)})"
+        )
+    return repr(value)
+
+
+def _when(at: datetime) -> str:
+    seconds = (at - T0).total_seconds()
+    return f"T0{seconds:+g}s"
+
+
+def numbered(calls: list[str], *, last_is_failing: bool) -> str:
+    """The calls as ``1. call`` lines, the last marked as where the results parted."""
+    lines = [f"{i}. {c}" for i, c in enumerate(calls, 1)]
+    if lines and last_is_failing:
+        lines[-1] += "   <- the first result that differs from the model"
+    return "\n".join(lines) if lines else "(no store call)"
+
 
 SETTINGS = settings(
     max_examples=40,
@@ -73,7 +317,11 @@ def _open(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
     async def opened() -> T:
         return await fn(*args)
 
-    return _program.on_loop(opened)
+    try:
+        return on_loop(opened)
+    except Exception as exc:
+        _program().failed(exc)
+        raise
 
 
 class StepMachine(RuleBasedStateMachine):
@@ -85,8 +333,8 @@ class StepMachine(RuleBasedStateMachine):
         super().__init__()
         factory = self.harness.new_step_store
         assert factory is not None
+        _start()
         self.steps = Steps(self.harness, _open(factory))
-        _program.start()
         self.model: dict[str, list[RunStep]] = {}
         self.counter = 0
 
@@ -159,8 +407,8 @@ class SessionMachine(RuleBasedStateMachine):
         super().__init__()
         factory = self.harness.new_session_store
         assert factory is not None
+        _start()
         self.store: Any = _open(factory)
-        _program.start()
         self.sessions: dict[str, Session] = {}
         self.finals: dict[str, FinalizeSummary] = {}
         self.totals: dict[str, int] = {}
@@ -186,11 +434,8 @@ class SessionMachine(RuleBasedStateMachine):
     @rule(sid=IDS, doc=st.sampled_from(["{", "NaN", "", "{'a': 1}"]))
     def update_data_invalid(self, sid: str, doc: str) -> None:
         """Non-JSON is refused with ValueError and changes nothing."""
-        try:
-            call(self.store.update_data, sid, doc)
-        except ValueError:
-            return
-        raise Diverged(f"update_data({sid!r}, {doc!r})", "no error", "ValueError")
+        refused = raises(ValueError, self.store.update_data, sid, doc)
+        diverged(refused, f"update_data({sid!r}, {doc!r})", "no error", "ValueError")
 
     @rule(sid=IDS, summary=SUMMARIES)
     def finalize(self, sid: str, summary: FinalizeSummary) -> None:
@@ -263,46 +508,58 @@ class SessionMachine(RuleBasedStateMachine):
         diverged(got == want, "list_sessions(limit=50) as (id, status, step_count)", got, want)
 
 
-SHRINK_SECONDS = 15
-"""How long hypothesis may shrink a failing program (each step is a thread round trip)."""
+async def run_machine(machine: type[RuleBasedStateMachine], harness: Harness) -> None:
+    """Run ``machine``'s random programs against ``harness``'s stores, in a worker thread.
 
-
-@contextlib.contextmanager
-def _shrink_budget() -> Iterator[None]:
-    # Hypothesis has no public setting for this; without a bound, shrinking a
-    # stateful failure through thread round trips can take minutes.
-    engine: Any = getattr(hypothesis.internal.conjecture, "engine", None)
-    old = getattr(engine, "MAX_SHRINKING_SECONDS", None)
-    if old is None:
-        yield
-        return
-    engine.MAX_SHRINKING_SECONDS = min(old, SHRINK_SECONDS)
-    try:
-        yield
-    finally:
-        engine.MAX_SHRINKING_SECONDS = old
-
-
-def run_machine(machine: type[RuleBasedStateMachine], harness: Harness) -> None:
-    """Run the machine (in a worker thread); a failure becomes a Violation with the program.
-
-    The program is the shrunk failing one, as a numbered list of store calls
-    ending at the first result that differs from the model.
+    Raises:
+        Violation: a program diverged from the model; the message holds the
+            shortest failing program, call by call, ending at the first
+            result that differs from the model.
+        Exception: the store raised; its notes hold that program (the last
+            call raised).
     """
+    await _in_worker_thread(_run_in_thread, machine, harness)
+
+
+def _run_in_thread(machine: type[RuleBasedStateMachine], harness: Harness) -> None:
     bound = type(machine.__name__, (machine,), {"harness": harness})
-    lines: list[str] = []
+    program = _THREAD.program = _Program()
     try:
-        with with_reporter(lambda text: lines.append(str(text))), _shrink_budget():
-            run_state_machine_as_test(bound, settings=SETTINGS)
-    except Diverged as exc:
-        program = _program.numbered().replace("\n", "\n              ")
-        raise Violation(
-            "ran random programs of calls against the store and a model side by side; "
-            f"the shortest failing one, call by call:\n              {program}",
-            f"{exc.call} to return what the model says: {exc.want}",
-            exc.got,
-        ) from None
-    except Exception as exc:  # the store raised: keep its traceback, add the program
-        exc.add_note("the shortest failing program, call by call (the last one raised):")
-        exc.add_note(_program.numbered(last_is_failing=False))
+        run_state_machine_as_test(bound, settings=SETTINGS)
+    except _Cancelled:
         raise
+    except Diverged as exc:
+        raise _diverged(exc, numbered(program.calls, last_is_failing=True)) from None
+    except BaseException as exc:
+        shortest = program.shortest
+        if program.out_of_time() and shortest is not None:
+            _report(shortest)
+        if not isinstance(exc, Exception):
+            raise
+        _add_program(exc, numbered(program.calls, last_is_failing=False))
+        raise
+
+
+def _report(failure: _Failure) -> None:
+    """Raise what the shortest failing program raised, as :func:`_run_in_thread` would."""
+    error = failure.error
+    if isinstance(error, Diverged):
+        raise _diverged(error, failure.program) from None
+    _add_program(error, failure.program)
+    raise error from error.__cause__
+
+
+def _diverged(exc: Diverged, program: str) -> Violation:
+    shown = program.replace("\n", "\n              ")
+    return Violation(
+        "ran random programs of calls against the store and a model side by side; "
+        f"the shortest failing one, call by call:\n              {shown}",
+        f"{exc.call} to return what the model says: {exc.want}",
+        exc.got,
+    )
+
+
+def _add_program(exc: BaseException, program: str) -> None:
+    """Keep the store's traceback; add the program that made it raise."""
+    exc.add_note("the shortest failing program, call by call (the last one raised):")
+    exc.add_note(program)

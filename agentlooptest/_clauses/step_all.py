@@ -1,15 +1,10 @@
-"""``step.all.*``: the optional ``all`` returns the whole trace."""
+"""``step.all.*`` (capability ``all``): the optional ``all`` returns the whole trace."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from agentlooptest._clause import clause, expect
 from agentlooptest._data import describe, same_steps, step, steps
-from agentlooptest._stores import open_steps
-
-if TYPE_CHECKING:
-    from agentlooptest._harness import Harness
+from agentlooptest._harness import Harness, open_steps
 
 
 @clause(

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agentloop import RunStep
-from agentloop._shared import check_steps
 from agentlooptest import Harness
 
+from ._checks import check_steps
 from ._harness import make_harness
 from ._steps import RedisStepStore
 

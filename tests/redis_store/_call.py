@@ -26,16 +26,16 @@ from typing import TypeVar
 
 import anyio
 import redis.exceptions
+import trio
 
 from agentloop import StoreClosedError, StoreUnavailableError
-from agentloop._shared import on_trio
 
 T = TypeVar("T")
 
 
 def check_backend(what: str) -> None:
     """``RuntimeError`` under trio: redis.asyncio needs a running asyncio loop."""
-    if on_trio():
+    if trio.lowlevel.in_trio_run():
         raise RuntimeError(f"{what} is asyncio-native (redis.asyncio): run it under asyncio")
 
 

@@ -6,11 +6,8 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from agentloop import FinalizeSummary, RunStatus, RunStep, StepType
-from agentloop._shared import trusted_builder
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_trusted_step = trusted_builder(RunStep)
-_trusted_summary = trusted_builder(FinalizeSummary)
 
 
 def encode_step(step: RunStep) -> str:
@@ -32,7 +29,7 @@ def encode_step(step: RunStep) -> str:
 def decode_step(session_id: str, text: str) -> RunStep:
     """The step :func:`encode_step` wrote, field for field (``created_at`` aware UTC, µs)."""
     index, kind, content, args, duration, prompt, completion, created = json.loads(text)
-    return _trusted_step(
+    return RunStep(
         session_id,
         index,
         StepType(kind),
@@ -62,7 +59,7 @@ def encode_summary(summary: FinalizeSummary) -> str:
 def decode_summary(text: str) -> FinalizeSummary:
     """The summary :func:`encode_summary` wrote."""
     fields = json.loads(text)
-    return _trusted_summary(
+    return FinalizeSummary(
         RunStatus(fields["status"]),
         fields["prompt_tokens"],
         fields["completion_tokens"],

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agentloop import Lease, LeaseLostError, RunStep
-from agentloop._shared import check_fence, check_steps, preview
 
 from ._base import REDIS_URL
+from ._checks import check_lease, check_steps, preview, still_latest
 from ._codec import encode_step
 from ._fenced import FencedRedisSessionStore
 from ._lease import grant
@@ -39,15 +39,13 @@ class RedisStore(RedisSessionStore, RedisStepStore):
         args = [lease.owner, str(lease.token), *(encode_step(s) for s in batch)]
         got = await self._call(lambda: self._fenced_append(keys=keys, args=args))
         if got[0] == "fence":
-            check_fence(lease, grant(*got[1:]))
+            still_latest(lease, grant(*got[1:]))
             raise LeaseLostError(f"lease {lease.token} of {preview(lease.session_id)} is lost")
 
     def fenced(self, lease: Lease) -> FencedRedisStore:
         """As ``RedisSessionStore.fenced``; the view's appends to the leased session are
         fenced too."""
-        if not isinstance(lease, Lease):
-            raise TypeError(f"lease must be a Lease, got {preview(lease)}")
-        return FencedRedisStore(self, lease)
+        return FencedRedisStore(self, check_lease(lease))
 
 
 class FencedRedisStore(FencedRedisSessionStore):

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from agentloop import FinalizeSummary, Lease, Session, SessionInfo
-from agentloop._shared import check_revision
+
+from ._checks import check_revision
 
 if TYPE_CHECKING:
     from ._sessions import RedisSessionStore

@@ -7,24 +7,14 @@ expiry. The grant is never deleted: tokens grow over the session's whole life.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import attrs
 
 from agentloop import Lease, LeaseLostError, validate_session_id
-from agentloop._shared import check_granted, check_renewable, check_seconds, preview, validate_owner
 
 from ._base import REDIS_URL, RedisBase
+from ._checks import Grant, check_lease, check_owner, check_ttl, granted, preview, renewable
 from ._codec import from_micros
 from ._scripts import ACQUIRE, RELEASE, RENEW
-
-
-class Grant(NamedTuple):
-    """A session's latest grant as a script returned it (``agentloop._validate.Grant``)."""
-
-    owner: str
-    token: int
-    released: bool
 
 
 def grant(owner: str, token: str, released: str) -> Grant | None:
@@ -35,13 +25,7 @@ def grant(owner: str, token: str, released: str) -> Grant | None:
 
 
 def _micros(ttl: float) -> int:
-    return max(1, round(check_seconds(ttl, "ttl") * 1_000_000))
-
-
-def _check_lease(lease: object) -> Lease:
-    if not isinstance(lease, Lease):
-        raise TypeError(f"lease must be a Lease, got {preview(lease)}")
-    return lease
+    return max(1, round(check_ttl(ttl) * 1_000_000))
 
 
 class LeaseMethods(RedisBase):
@@ -68,7 +52,7 @@ class LeaseMethods(RedisBase):
             StoreClosedError: the store was closed.
         """
         validate_session_id(session_id)
-        validate_owner(owner)
+        check_owner(owner)
         keys, args = [self._key("lease", session_id)], [owner, _micros(ttl)]
         token, expires = await self._call(lambda: self._acquire(keys=keys, args=args))
         if int(token) == 0:
@@ -83,13 +67,13 @@ class LeaseMethods(RedisBase):
             TypeError, ValueError: not a ``Lease`` this store granted, or a bad ttl.
             StoreClosedError: the store was closed.
         """
-        _check_lease(lease)
+        check_lease(lease)
         keys = [self._key("lease", lease.session_id)]
         args = [lease.owner, str(lease.token), _micros(ttl)]
         got = await self._call(lambda: self._renew(keys=keys, args=args))
         if got[0] == "ok":
             return attrs.evolve(lease, expires_at=from_micros(got[1]))
-        check_renewable(lease, grant(*got[1:]))
+        renewable(lease, grant(*got[1:]))
         raise LeaseLostError(f"lease {lease.token} of {preview(lease.session_id)} is not held")
 
     async def release_lease(self, lease: Lease) -> None:
@@ -100,8 +84,8 @@ class LeaseMethods(RedisBase):
             TypeError, ValueError: not a ``Lease`` this store granted.
             StoreClosedError: the store was closed.
         """
-        _check_lease(lease)
+        check_lease(lease)
         keys = [self._key("lease", lease.session_id)]
         args = [lease.owner, str(lease.token)]
         got = await self._call(lambda: self._release(keys=keys, args=args))
-        check_granted(lease, grant(*got))
+        granted(lease, grant(*got))

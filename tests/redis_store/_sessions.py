@@ -16,9 +16,9 @@ from agentloop import (
     validate_n,
     validate_session_id,
 )
-from agentloop._shared import check_fence, check_revision, check_session_ids, preview
 
 from ._base import REDIS_URL
+from ._checks import check_lease, check_revision, check_session_ids, preview, still_latest
 from ._codec import decode_summary, encode_summary, from_micros
 from ._fenced import FencedRedisSessionStore
 from ._lease import LeaseMethods, grant
@@ -90,7 +90,7 @@ class RedisSessionStore(LeaseMethods):
         got = await self._call(lambda: script(keys=keys, args=args))
         if got[0] == "fence":
             assert fence is not None
-            check_fence(fence, grant(*got[1:]))  # raises: the script refused this very grant
+            still_latest(fence, grant(*got[1:]))  # raises: the script refused this very grant
             raise LeaseLostError(f"lease {fence.token} of {preview(session_id)} is lost")
         if got[0] == "conflict":
             raise RevisionConflictError(
@@ -245,6 +245,4 @@ class RedisSessionStore(LeaseMethods):
             TypeError: ``lease`` is not a ``Lease``. (A lease this store never
                 granted is refused by the view's first write, with ``ValueError``.)
         """
-        if not isinstance(lease, Lease):
-            raise TypeError(f"lease must be a Lease, got {preview(lease)}")
-        return FencedRedisSessionStore(self, lease)
+        return FencedRedisSessionStore(self, check_lease(lease))

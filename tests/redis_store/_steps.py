@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agentloop import RunStep, validate_n, validate_session_id
-from agentloop._shared import check_steps, preview
 
 from ._base import RedisBase
+from ._checks import check_steps, preview
 from ._codec import decode_step, encode_step
 
 

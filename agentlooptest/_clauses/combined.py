@@ -1,17 +1,12 @@
-"""``session.combined.*``: a store that is both protocols keeps one session's steps with it."""
+"""``session.combined.*`` (capability ``combined``): a store that is both protocols keeps one
+session's steps with it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from agentloop import Session
 from agentlooptest._clause import clause, expect
-from agentlooptest._clauses._shared import DONE, expect_data, expect_exists
-from agentlooptest._data import describe, same_steps, step
-from agentlooptest._stores import Steps, open_sessions
-
-if TYPE_CHECKING:
-    from agentlooptest._harness import Harness
+from agentlooptest._data import DONE, describe, expect_data, expect_exists, same_steps, step
+from agentlooptest._harness import Harness, Steps, open_sessions
 
 
 @clause(

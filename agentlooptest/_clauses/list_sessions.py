@@ -1,4 +1,5 @@
-"""``session.list.*``: the optional ``list_sessions`` orders, limits and describes sessions."""
+"""``session.list.*`` (capability ``list_sessions``): the optional ``list_sessions`` orders,
+limits and describes sessions."""
 
 from __future__ import annotations
 
@@ -6,17 +7,14 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
 from agentloop import FinalizeSummary, RunStatus, Session, SessionInfo
 from agentlooptest._clause import Violation, clause, expect
-from agentlooptest._clauses._shared import DONE
-from agentlooptest._stores import open_sessions
-
-if TYPE_CHECKING:
-    from agentlooptest._harness import Harness
+from agentlooptest._data import DONE
+from agentlooptest._harness import Harness, open_sessions
 
 
 async def _listed(store: Any, limit: int = 100) -> list[SessionInfo]:

@@ -1,20 +1,18 @@
-"""``session.revision.*``: revisions grow with every session write; ``update_data_if`` is exact."""
+"""``session.revision.*`` (capability ``revisions``): revisions grow with every session write;
+``update_data_if`` is exact."""
 
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
 from agentloop import RevisionConflictError, Session, SupportsRevisions
 from agentlooptest._cancel import Points, cancel_at, still_usable
 from agentlooptest._clause import Violation, clause, expect
-from agentlooptest._clauses._shared import DONE, expect_data, expect_exists
-from agentlooptest._stores import open_sessions, reopened
-
-if TYPE_CHECKING:
-    from agentlooptest._harness import Harness
+from agentlooptest._data import DONE, expect_data, expect_exists
+from agentlooptest._harness import Harness, open_sessions, reopened
 
 LOST_UPDATE = (
     "an admin tool or a second service edits working memory with update_data_if so that a "

@@ -1,17 +1,12 @@
-"""``session.final.*``: the optional ``final`` returns the latest summary."""
+"""``session.final.*`` (capability ``final``): the optional ``final`` returns the latest
+summary."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from agentloop import FinalizeSummary, RunStatus
 from agentlooptest._clause import clause, expect
-from agentlooptest._clauses._shared import expect_data, expect_exists
-from agentlooptest._data import INT32_MAX, INT64_MAX
-from agentlooptest._stores import open_sessions
-
-if TYPE_CHECKING:
-    from agentlooptest._harness import Harness
+from agentlooptest._data import INT32_MAX, INT64_MAX, expect_data, expect_exists
+from agentlooptest._harness import Harness, open_sessions
 
 
 @clause(

@@ -1,16 +1,95 @@
-"""``session.durable``: data, settings and summaries survive into a second handle (``reopen``)."""
+"""``step.durable``, ``session.durable`` (needs the harness's ``reopen``): what one handle
+wrote is visible through a second handle onto the same backend, and no
+per-handle cache serves it stale.
+
+The batches and revisions have their own durability clauses,
+``step.append-many.durable`` (``batches.py``) and ``session.revision.durable``
+(``revisions.py``).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from agentloop import FinalizeSummary, RunStatus, Session
+from agentloop import FinalizeSummary, RunStatus, RunStep, Session
 from agentlooptest._clause import clause, expect
-from agentlooptest._clauses._shared import expect_data, expect_exists, same_session
-from agentlooptest._stores import open_sessions, reopened
+from agentlooptest._data import (
+    describe,
+    expect_data,
+    expect_exists,
+    same_session,
+    same_steps,
+    step,
+    steps,
+)
+from agentlooptest._harness import Harness, Steps, open_sessions, open_steps, reopened
 
-if TYPE_CHECKING:
-    from agentlooptest._harness import Harness
+
+@clause(
+    "step.durable",
+    "appended steps are visible, in order, through a second handle (reopen)",
+    capability="reopen",
+    why=(
+        "a system of record must keep every append it acknowledged: a step visible only "
+        "to the handle that wrote it is lost on restart or on another worker"
+    ),
+)
+async def _steps_durable(h: Harness) -> None:
+    async with open_steps(h) as s:
+        sent = steps("d", 12)
+        await s.append_all(sent)
+        await s.append_all(steps("e", 2))
+        async with reopened(h, s.store) as other:
+            got = await other.last_n("d", 20)
+            expect(
+                same_steps(sent, got),
+                did="appended 12 steps to 'd' with one handle, then last_n('d', 20) on reopen()",
+                expected=describe(sent),
+                got=describe(got),
+            )
+            more = step("d", 12, content="written through the second handle")
+            await other.append(more)
+        got = await s.last_n("d", 2)
+        expect(
+            same_steps([sent[-1], more], got),
+            did="appended one more step through the reopened handle, then last_n('d', 2) "
+            "on the first",
+            expected=describe([sent[-1], more]),
+            got=describe(got),
+        )
+        async with reopened(h, s.store) as other:
+            await _stale_step_caches(s, other, more)
+
+
+STALE = "a per-process or per-handle cache that another handle's writes never invalidate"
+
+
+async def _stale_step_caches(s: Steps, other: Any, more: RunStep) -> None:
+    """The second handle reads first, so a cache has something to serve stale; then one writes."""
+    await other.last_n("d", 2)
+    extra = step("d", 13, content="appended on the first handle after the second one read")
+    await s.append(extra)
+    got = await other.last_n("d", 2)
+    expect(
+        same_steps([more, extra], got),
+        did="last_n('d', 2) on the second handle, one append on the first, then last_n('d', 2) "
+        "on the second again",
+        expected=describe([more, extra]),
+        got=describe(got),
+        hint=STALE,
+    )
+    if hasattr(s.store, "delete_session"):
+        await other.last_n("e", 5)
+        await s.store.delete_session("e")
+        gone = await other.last_n("e", 5)
+        expect(
+            gone == [],
+            did="last_n('e', 5) on the second handle, delete_session('e') on the first, then "
+            "last_n('e', 5) on the second again",
+            expected="[]",
+            got=describe(gone),
+            hint=STALE,
+        )
 
 
 @clause(
@@ -22,7 +101,7 @@ if TYPE_CHECKING:
         "only to the handle that wrote it is lost on restart or on another worker"
     ),
 )
-async def _durable(h: Harness) -> None:
+async def _sessions_durable(h: Harness) -> None:
     async with open_sessions(h) as store:
         await store.update_data("d", '{"memory": [1, 2]}')
         summary = FinalizeSummary(RunStatus.max_iterations, 1, 2, 3, 4, 5)
@@ -62,7 +141,7 @@ async def _durable(h: Harness) -> None:
             "update_data('d') through the reopened handle, then get('d') on the first",
         )
         async with reopened(h, store) as other:
-            await _stale_caches(store, other)
+            await _stale_session_caches(store, other)
 
 
 SPECIAL_JSON = (
@@ -74,10 +153,8 @@ SPECIAL_JSON = (
 )
 """Data a second handle must read back JSON-equal: null, scalars, huge numbers, nesting."""
 
-STALE = "a per-process or per-handle cache that another handle's writes never invalidate"
 
-
-async def _stale_caches(store: Any, other: Any) -> None:
+async def _stale_session_caches(store: Any, other: Any) -> None:
     """Each handle reads first, so a cache has something to serve stale; then the other writes."""
     await expect_data(other, "d", '{"memory": [3]}', "get('d') on a new second handle")
     await store.update_data("d", '{"memory": [4]}')

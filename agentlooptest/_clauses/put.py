@@ -1,17 +1,12 @@
-"""``session.put.*``: the optional ``put`` seeds a session's settings and keeps them."""
+"""``session.put.*`` (capability ``put``): the optional ``put`` seeds a session's settings and
+keeps them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from agentloop import Session
 from agentlooptest._clause import clause, expect
-from agentlooptest._clauses._shared import DONE, expect_exists, same_session
-from agentlooptest._data import TEXTS
-from agentlooptest._stores import open_sessions
-
-if TYPE_CHECKING:
-    from agentlooptest._harness import Harness
+from agentlooptest._data import DONE, TEXTS, expect_exists, same_session
+from agentlooptest._harness import Harness, open_sessions
 
 
 @clause(

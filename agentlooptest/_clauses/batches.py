@@ -1,20 +1,30 @@
-"""``step.append-many.*``: the optional ``append_many`` is one all-or-nothing, ordered call."""
+"""Batches: one call over many items.
+
+- ``step.append-many.*`` (capability ``append_many``): the optional
+  ``append_many`` is one all-or-nothing, ordered call;
+- ``session.get-many.*`` (capability ``get_many``): the optional ``get_many``
+  answers id by id, in order, and creates nothing.
+"""
 
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING
 
 import anyio
 
-from agentloop import RunStep, SupportsAppendMany
+from agentloop import RunStep, Session, SupportsAppendMany
 from agentlooptest._cancel import Points, cancel_at, still_usable
 from agentlooptest._clause import Violation, clause, expect
-from agentlooptest._data import describe, mismatch, same_steps, step, steps
-from agentlooptest._stores import Steps, open_steps, reopened
-
-if TYPE_CHECKING:
-    from agentlooptest._harness import Harness
+from agentlooptest._data import (
+    describe,
+    expect_exists,
+    mismatch,
+    same_session,
+    same_steps,
+    step,
+    steps,
+)
+from agentlooptest._harness import Harness, Steps, open_sessions, open_steps, reopened
 
 ATOMIC = (
     "the loop writes one model reply's tool calls as one batch; a batch cut short leaves "
@@ -40,7 +50,7 @@ async def _expect_trace(s: Steps, sid: str, want: list[RunStep], did: str, **kw:
     capability="append_many",
     why=ATOMIC,
 )
-async def _order(h: Harness) -> None:
+async def _append_many_order(h: Harness) -> None:
     async with open_steps(h) as s:
         await s.append(step("a", 0))
         batch = [step("b", 7), step("a", 3), step("b", 1), step("a", 2), step("a", 9)]
@@ -58,7 +68,7 @@ async def _order(h: Harness) -> None:
         await _expect_trace(s, "long", steps("long", 100), "append_many of 100 steps, last_n")
 
 
-async def _refused(s: Steps, batch: list[object], did: str) -> None:
+async def _refused_batch(s: Steps, batch: list[object], did: str) -> None:
     try:
         await s.store.append_many(batch)
     except (TypeError, ValueError):
@@ -74,7 +84,7 @@ async def _refused(s: Steps, batch: list[object], did: str) -> None:
     capability="append_many",
     why=ATOMIC,
 )
-async def _atomic(h: Harness) -> None:
+async def _append_many_atomic(h: Harness) -> None:
     async with open_steps(h) as s:
         await s.append(step("s", 0))
         await s.ensure("t")
@@ -82,7 +92,7 @@ async def _atomic(h: Harness) -> None:
             batch: list[object] = [step("s", 1), step("t", 2), step("s", 3), step("t", 4)]
             batch.insert(position, "not a step")
             did = f"append_many with a str at position {position} of 5 steps of 's' and 't'"
-            await _refused(s, batch, did)
+            await _refused_batch(s, batch, did)
             await _expect_trace(s, "s", [step("s", 0)], did + ", then last_n('s')")
             await _expect_trace(s, "t", [], did + ", then last_n('t')")
         # Batches side by side (group commit may merge them): a refused one fails alone.
@@ -91,7 +101,7 @@ async def _atomic(h: Harness) -> None:
             for batch_ok in good:
                 tasks.start_soon(_batch, s, batch_ok)
             bad: list[object] = [step("s", 5), None]
-            tasks.start_soon(_refused, s, bad, "a bad batch beside 4 good ones")
+            tasks.start_soon(_refused_batch, s, bad, "a bad batch beside 4 good ones")
         for batch_ok in good:
             sid = batch_ok[0].session_id
             did = "4 batches appended beside a refused one, then last_n"
@@ -105,7 +115,7 @@ async def _atomic(h: Harness) -> None:
     capability="append_many",
     why=ATOMIC,
 )
-async def _cancel(h: Harness) -> None:
+async def _append_many_cancel(h: Harness) -> None:
     async with open_steps(h) as s:
         points = Points()
         for point in points:
@@ -136,7 +146,7 @@ async def _cancel(h: Harness) -> None:
     capability="reopen",
     why="a batch acknowledged by one handle and missing on restart loses a whole reply",
 )
-async def _durable(h: Harness) -> None:
+async def _append_many_durable(h: Harness) -> None:
     async with open_steps(h) as s:
         if not isinstance(s.store, SupportsAppendMany):
             return  # the store has no batches: step.durable covers its appends
@@ -151,3 +161,96 @@ async def _durable(h: Harness) -> None:
                     expected=describe(want),
                     got=mismatch(want, got),
                 )
+
+
+ALIGNED = (
+    "dashboards and eval reports zip get_many's answer with the ids they asked for; an "
+    "answer out of line shows one session's data under another's name"
+)
+
+
+def _aligned(want: list[Session], got: object) -> bool:
+    return (
+        isinstance(got, list)
+        and len(got) == len(want)
+        and all(same_session(w, g) for w, g in zip(want, got, strict=True))
+    )
+
+
+@clause(
+    "session.get-many.aligned",
+    "get_many answers in the order asked, duplicates too; unknown ids give Session(id), "
+    "creating nothing; the list returned is the caller's",
+    capability="get_many",
+    why=ALIGNED,
+)
+async def _get_many_aligned(h: Harness) -> None:
+    async with open_sessions(h) as store:
+        await store.update_data("a", '{"a": 1}')
+        await store.update_data("b", '{"b": 2}')
+        ids = ["b", "new-1", "a", "b", "new-1", "new-2"]
+        data = {"a": '{"a": 1}', "b": '{"b": 2}'}
+        want = [Session(sid, data=data.get(sid)) for sid in ids]
+        got = await store.get_many(ids)
+        did = f"update_data('a'), update_data('b'), then get_many({ids!r})"
+        expect(_aligned(want, got), did=did, expected=repr(want), got=got)
+        for sid in ("new-1", "new-2"):
+            await expect_exists(store, sid, False, f"{did}, then exists({sid!r})")
+        got.reverse()
+        got.clear()
+        again = await store.get_many(ids)
+        expect(
+            _aligned(want, again),
+            did=did + ", cleared the list it returned, then get_many again",
+            expected=repr(want),
+            got=again,
+        )
+        empty = await store.get_many([])
+        expect(empty == [], did="get_many([])", expected="[]", got=empty)
+
+
+@clause(
+    "session.get-many.bad-input",
+    "a bad id anywhere in get_many raises TypeError/ValueError and creates nothing",
+    capability="get_many",
+    why="a bad id silently skipped shifts every later answer onto the wrong session",
+)
+async def _get_many_bad_input(h: Harness) -> None:
+    async with open_sessions(h) as store:
+        for bad in ("", "nul\x00id", 7):
+            ids = ["x", bad, "y"]
+            did = f"get_many({ids!r})"
+            try:
+                got = await store.get_many(ids)
+            except (TypeError, ValueError):
+                pass
+            except Exception as exc:
+                got_exc = f"{type(exc).__name__}: {exc}"
+                raise Violation(did, "TypeError or ValueError", got_exc) from None
+            else:
+                raise Violation(did, "TypeError or ValueError", f"no error; it returned {got!r}")
+            await expect_exists(store, "x", False, f"{did} was refused, then exists('x')")
+
+
+@clause(
+    "session.get-many.cancel",
+    "get_many cancelled at each checkpoint leaves the store unchanged and usable",
+    capability="get_many",
+    why="a read that leaks a lock or a connection when cancelled wedges every later run",
+)
+async def _get_many_cancel(h: Harness) -> None:
+    async with open_sessions(h) as store:
+        await store.update_data("a", "[1]")
+        ids = ["a", "unknown", "a"]
+        want = [Session("a", data="[1]"), Session("unknown"), Session("a", data="[1]")]
+        points = Points()
+        for point in points:
+            points.finished(await cancel_at(partial(store.get_many, ids), point))
+            got = await still_usable("get_many again", partial(store.get_many, ids))
+            expect(
+                _aligned(want, got),
+                did=f"cancelled get_many({ids!r}) after {point} checkpoint(s), then again",
+                expected=repr(want),
+                got=got,
+            )
+        await expect_exists(store, "unknown", False, "then exists('unknown')")
