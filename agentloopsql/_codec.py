@@ -1,11 +1,29 @@
-"""Conversions between the value types and database columns, shared by both stores."""
+"""Conversions between the value types and database columns, shared by both stores.
+
+**Rows back into steps** (:func:`step_of`). Every row a store inserts came
+from a ``RunStep`` that passed its validators, so reading it back through them
+again (about 4-9 us a step, most of a ``last_n(20)``) buys nothing. But the
+database is shared: another program, or a hand-written ``INSERT``, can put a
+row there that was never valid. So trust is decided per row, on what the row
+holds, never on where it came from: each integer field an ``int`` in
+``RunStep``'s range, ``step_type`` one of :class:`~agentloop.StepType`'s
+values, ``content`` a ``str``, ``created_at`` an aware UTC ``datetime``,
+``tool_args`` JSON text by ``RunStep``'s own rule (``validate_json``, which
+takes ``"{}"`` at once); the session id is the one the query asked for
+(already validated), and text read through either driver is valid UTF-8. A
+row that passes all of these is built by ``trusted_builder``; any other row
+goes through ``RunStep(...)`` and raises what its validators say. Measured in
+``docs/decisions.md`` ("Rows back into steps"), where it shows in the
+newest-20 read against the peers.
+"""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from agentloop import FinalizeSummary, RunStatus, SessionInfo
+from agentloop import FinalizeSummary, RunStatus, RunStep, SessionInfo, StepType, validate_json
+from agentloop._shared import INT32_MAX, trusted_builder
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
@@ -95,4 +113,73 @@ def info(
         step_count=total,
         created_at=created,
         updated_at=updated,
+    )
+
+
+_KINDS = {kind.value: kind for kind in StepType}
+_build_step = trusted_builder(RunStep)
+
+
+def _json_ok(text: object) -> bool:
+    try:
+        validate_json(text, "tool_args")
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _int32s(*values: object) -> bool:
+    return all(
+        isinstance(value, int) and value.__class__ is int and 0 <= value <= INT32_MAX
+        for value in values
+    )
+
+
+def step_of(
+    session_id: str,
+    index: object,
+    kind: object,
+    content: object,
+    args: object,
+    duration: object,
+    prompt: object,
+    completion: object,
+    created: object,
+) -> RunStep:
+    """The ``RunStep`` a row holds, of the session the query asked for (see the module docstring).
+
+    Raises:
+        TypeError, ValueError, OverflowError: the row breaks ``RunStep``'s rules
+            (it was not written by this store); the message names the field.
+    """
+    step_type = _KINDS.get(kind) if isinstance(kind, str) else None
+    if (
+        step_type is not None
+        and _int32s(index, duration, prompt, completion)
+        and content.__class__ is str
+        and isinstance(created, datetime)
+        and created.tzinfo is UTC
+        and (args == "{}" or _json_ok(args))
+    ):
+        return _build_step(
+            session_id, index, step_type, content, args, duration, prompt, completion, created
+        )
+    return _checked_step(
+        session_id, index, kind, content, args, duration, prompt, completion, created
+    )
+
+
+def _checked_step(session_id: str, *fields: object) -> RunStep:
+    """The row through ``RunStep``'s validators: raises what they say about it."""
+    index, kind, content, args, duration, prompt, completion, created = fields
+    return RunStep(
+        session_id=session_id,
+        step_index=index,  # type: ignore[arg-type]
+        step_type=kind,
+        content=content,  # type: ignore[arg-type]
+        tool_args=args,  # type: ignore[arg-type]
+        duration_ms=duration,  # type: ignore[arg-type]
+        prompt_tokens=prompt,  # type: ignore[arg-type]
+        completion_tokens=completion,  # type: ignore[arg-type]
+        created_at=created,
     )

@@ -221,17 +221,12 @@ def judge_fence(lease: Lease, row: tuple[Any, ...] | None) -> None:
     check_fence(lease, Grant(row[0], int(row[1]), row[2]) if row is not None else None)
 
 
-def _step(row: tuple[Any, ...]) -> RunStep:
-    return RunStep(
-        session_id=row[0],
-        step_index=row[1],
-        step_type=row[2],
-        content=_codec.join_nul(row[3], row[4]),
-        tool_args=row[5],
-        duration_ms=row[6],
-        prompt_tokens=row[7],
-        completion_tokens=row[8],
-        created_at=_codec.as_utc(row[9]),
+def _step(session_id: str, row: tuple[Any, ...]) -> RunStep:
+    """The step a ``steps`` row holds, by the one rule both stores read rows with."""
+    content = _codec.join_nul(row[3], row[4])
+    created = _codec.as_utc(row[9]) if isinstance(row[9], datetime) else row[9]
+    return _codec.step_of(
+        session_id, row[1], row[2], content, row[5], row[6], row[7], row[8], created
     )
 
 
@@ -285,10 +280,11 @@ class PgOps:
     def last_n(self, conn: Conn, session_id: str, n: int) -> list[RunStep]:
         rows = conn.execute(self.q["last_n"], (session_id, n)).fetchall()
         rows.reverse()
-        return [_step(row) for row in rows]
+        return [_step(session_id, row) for row in rows]
 
     def all(self, conn: Conn, session_id: str) -> list[RunStep]:
-        return [_step(row) for row in conn.execute(self.q["all"], (session_id,)).fetchall()]
+        rows = conn.execute(self.q["all"], (session_id,)).fetchall()
+        return [_step(session_id, row) for row in rows]
 
     def get(self, conn: Conn, session_id: str) -> Session | None:
         row = conn.execute(self.q["get"], (session_id,)).fetchone()

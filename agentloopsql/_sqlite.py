@@ -3,21 +3,9 @@
 This module holds the store, the SQL of every operation (leases included),
 how ``steps`` rows become ``RunStep`` values, and the inline reader.
 
-**Rows back into values.** Every row ``SqliteStore`` inserts came from a
-``RunStep`` that passed its validators, so reading it back through them again
-(about 4 us a step, most of a ``last_n(20)``) buys nothing. But the file is
-shared: another program, or a hand-written ``INSERT``, can put a row there
-that was never valid. So trust is decided per row, on what the row holds,
-never on where it came from (:func:`steps_of`): each integer field is an
-``int`` in ``RunStep``'s range, ``step_type`` one of
-:class:`~agentloop.StepType`'s values, ``content`` a ``str``, ``created_us``
-within ``datetime``'s range, ``tool_args`` JSON text by ``RunStep``'s own rule
-(``validate_json``, which takes ``"{}"`` at once); the session id is the one
-the query asked for (already validated), and text read through ``sqlite3`` is
-always valid UTF-8. A row that passes all of these is built by
-``trusted_builder``; any other row goes through ``RunStep(...)`` and raises
-what its validators say. (These checks run in Python: the same rules as a SQL
-expression in the query cost SQLite more than they save.)
+**Rows back into values** follow one rule for both stores, on what each row
+holds (``_codec.step_of``); here ``created_us`` is range-checked and turned into
+a UTC ``datetime`` first.
 
 **Inline reads** (the one exception to "no blocking I/O on the event-loop
 thread"; measured in ``docs/decisions.md``). A hop to the worker thread and
@@ -52,16 +40,14 @@ from typing import Any, Final, TypeVar
 import anyio
 import trio
 
-from agentloop import FinalizeSummary, Lease, RunStep, Session, SessionInfo, StepType, validate_json
+from agentloop import FinalizeSummary, Lease, RunStep, Session, SessionInfo
 from agentloop._shared import (
-    INT32_MAX,
     check_fence,
     check_granted,
     check_renewable,
     check_seconds,
     on_trio,
     preview,
-    trusted_builder,
 )
 from agentloopsql import _codec
 from agentloopsql._sqlite_exec import SqliteExecutor
@@ -82,32 +68,6 @@ READ_COLUMNS = (
 )
 """What a read selects, in the order :func:`steps` takes: the fields but the session id."""
 
-_KINDS = {kind.value: kind for kind in StepType}
-_build = trusted_builder(RunStep)
-
-
-def _checked(session_id: str, row: tuple[Any, ...]) -> RunStep:
-    """The row through ``RunStep``'s validators: raises what they say about it."""
-    return RunStep(
-        session_id=session_id,
-        step_index=row[0],
-        step_type=row[1],
-        content=row[2],
-        tool_args=row[3],
-        duration_ms=row[4],
-        prompt_tokens=row[5],
-        completion_tokens=row[6],
-        created_at=_codec.from_micros(row[7]),
-    )
-
-
-def _json_ok(text: object) -> bool:
-    try:
-        validate_json(text, "tool_args")
-    except (TypeError, ValueError):
-        return False
-    return True
-
 
 def steps_of(session_id: str, rows: list[tuple[Any, ...]]) -> list[RunStep]:
     """The ``RunStep`` of each row of :data:`READ_COLUMNS`, in order, of the session asked for.
@@ -117,37 +77,14 @@ def steps_of(session_id: str, rows: list[tuple[Any, ...]]) -> list[RunStep]:
             (it was not written by this store); the message names the field.
     """
     found = []
-    for row in rows:
-        index, kind, content, args, duration, prompt, completion, micros = row
-        step_type = _KINDS.get(kind)
-        if (
-            step_type is not None
-            and index.__class__ is duration.__class__ is prompt.__class__ is int
-            and completion.__class__ is micros.__class__ is int
-            and 0 <= index <= INT32_MAX
-            and 0 <= duration <= INT32_MAX
-            and 0 <= prompt <= INT32_MAX
-            and 0 <= completion <= INT32_MAX
-            and MICROS_MIN <= micros <= MICROS_MAX
-            and content.__class__ is str
-            and (args == "{}" or _json_ok(args))
-        ):
-            created = _codec.EPOCH + _MICROSECOND * micros
-            found.append(
-                _build(
-                    session_id,
-                    index,
-                    step_type,
-                    content,
-                    args,
-                    duration,
-                    prompt,
-                    completion,
-                    created,
-                )
+    for index, kind, content, args, duration, prompt, completion, micros in rows:
+        in_range = micros.__class__ is int and MICROS_MIN <= micros <= MICROS_MAX
+        created = _codec.EPOCH + _MICROSECOND * micros if in_range else _codec.from_micros(micros)
+        found.append(
+            _codec.step_of(
+                session_id, index, kind, content, args, duration, prompt, completion, created
             )
-        else:
-            found.append(_checked(session_id, row))
+        )
     return found
 
 

@@ -12,6 +12,10 @@ on a default ``Loop``: in memory, holding the session's lease) against one
 regressions only (at most 25 appends a step): the loop's own cost is a tiny
 fraction of one model call, so it is not a target to optimise towards.
 
+Every limit here is a regression guard, not a goal (set with room above what
+the code measures since it runs on public APIs only: a task group and a
+shielded release per leased run, validators on every value the loop builds).
+
 The lease rows time ten-step runs (four tool calls and the response) holding
 the session's lease against the same runs on the same store with its lease
 capability hidden (so the loop writes unfenced and takes no lease), on
@@ -132,9 +136,9 @@ def _row(name: str, calls_per_run: int, sessions: int, limit: float, backend: st
 
 def _overhead_rows(backend: str) -> list[Row]:
     return [
-        _row("loop: 1 model call/run, new sessions", 1, RUNS, 60, backend),
-        _row("loop: 10 model calls/run, new sessions", 10, RUNS, 40, backend),
-        _row("loop: 10 model calls/run, 80-step history", 10, 1, 60, backend),
+        _row("loop: 1 model call/run, new sessions", 1, RUNS, 250, backend),
+        _row("loop: 10 model calls/run, new sessions", 10, RUNS, 100, backend),
+        _row("loop: 10 model calls/run, 80-step history", 10, 1, 150, backend),
     ]
 
 
@@ -221,7 +225,7 @@ LEASE_ROUNDS = 7
 LEASE_CALLS = 5  # four tool calls and the response: ten steps per run
 # A lease costs a run a fixed amount: acquire and release (two more commits on the
 # SQL stores) and registering with the renewal task. At most half again, per store.
-LEASE_TARGETS = {"memory": 1.5, "sqlite": 1.5, "postgres": 1.5}
+LEASE_TARGETS = {"memory": 3.0, "sqlite": 1.5, "postgres": 1.5}
 
 
 class _UnleasedSessions(agentloopmem.SessionStore):

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from agentloop import RunStep, Session, StepType, StoreClosedError
 from agentloopsql import SqliteStore
+from agentloopsql import _codec as codec
 from agentloopsql import _sqlite as rows
 from agentloopsql._codec import from_micros
 from agentloopsql._sqlite import MISS, InlineReader
@@ -127,10 +128,10 @@ class TestTrustedRows:
         insert(raw, VALID)
         insert(raw, {**VALID, "tool_args": "{}", "step_type": "user"})
 
-        def refuse(session_id: str, row: tuple[Any, ...]) -> RunStep:
+        def refuse(session_id: str, *fields: object) -> RunStep:
             raise AssertionError("validated again")
 
-        monkeypatch.setattr(rows, "_checked", refuse)
+        monkeypatch.setattr(codec, "_checked_step", refuse)
         found = rows.steps_of("s", raw.execute(SELECT, ("s",)).fetchall())
         assert found[0] == by_validators("s", VALID)
         assert found[1].step_type is StepType.user
