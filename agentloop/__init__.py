@@ -1,8 +1,8 @@
 """agentloop: the persistence seam of an agent step loop.
 
 Value types, the ``StepStore`` / ``SessionStore`` protocols with their optional
-capabilities, the errors stores raise, and the step loop (``Loop``) with its
-model and tool seams.
+capabilities, the errors stores raise, the step loop (``Loop``) with its
+model and tool seams, and moving sessions between stores (export, import, copy).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from agentloop._errors import (
     LeaseLostError,
     RevisionConflictError,
     SessionBusyError,
+    SessionExistsError,
     StoreClosedError,
     StoreError,
     StoreUnavailableError,
@@ -45,15 +46,29 @@ from agentloop._protocols import (
     SupportsAll,
     SupportsAppendMany,
     SupportsDeleteSession,
+    SupportsExpire,
     SupportsFinal,
+    SupportsFork,
     SupportsGetMany,
+    SupportsLabels,
     SupportsListSessions,
+    SupportsPaging,
+    SupportsPrune,
     SupportsPut,
+    SupportsRestore,
     SupportsRevisions,
+    SupportsStepsAfter,
     append_all,
     get_all,
 )
 from agentloop._tools import Tool, ToolContext, tool
+from agentloop._transfer import (
+    TransferReport,
+    copy_sessions,
+    export_lines,
+    export_sessions,
+    import_sessions,
+)
 from agentloop._types import (
     CompactionCheckpoint,
     FinalizeSummary,
@@ -61,9 +76,10 @@ from agentloop._types import (
     RunStep,
     Session,
     SessionInfo,
+    SessionPage,
     StepType,
 )
-from agentloop._validate import validate_json, validate_n, validate_session_id
+from agentloop._validate import validate_json, validate_labels, validate_n, validate_session_id
 
 __all__ = [
     "Compacted",
@@ -91,7 +107,9 @@ __all__ = [
     "ScriptedModel",
     "Session",
     "SessionBusyError",
+    "SessionExistsError",
     "SessionInfo",
+    "SessionPage",
     "SessionStore",
     "StepAppended",
     "StepStore",
@@ -103,20 +121,33 @@ __all__ = [
     "SupportsAll",
     "SupportsAppendMany",
     "SupportsDeleteSession",
+    "SupportsExpire",
     "SupportsFinal",
+    "SupportsFork",
     "SupportsGetMany",
+    "SupportsLabels",
     "SupportsLease",
     "SupportsListSessions",
+    "SupportsPaging",
+    "SupportsPrune",
     "SupportsPut",
+    "SupportsRestore",
     "SupportsRevisions",
+    "SupportsStepsAfter",
     "Tool",
     "ToolCall",
     "ToolContext",
     "ToolSpec",
+    "TransferReport",
     "append_all",
+    "copy_sessions",
+    "export_lines",
+    "export_sessions",
     "get_all",
+    "import_sessions",
     "tool",
     "validate_json",
+    "validate_labels",
     "validate_n",
     "validate_session_id",
 ]

@@ -41,6 +41,11 @@ class LeaseLostError(StoreError):
     """
 
 
+class SessionExistsError(StoreError):
+    """A write that must create a session (``fork_session``, an import, ``restore_session``)
+    found the session there already (a session row, or steps); nothing changed."""
+
+
 class SessionBusyError(StoreError):
     """Another owner kept the session's lease for the whole wait; nothing was written."""
 

@@ -18,9 +18,9 @@ from agentloop._types import check_steps
 from agentloop._validate import check_session_ids
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
-    from agentloop._types import FinalizeSummary, RunStep, Session, SessionInfo
+    from agentloop._types import FinalizeSummary, RunStep, Session, SessionInfo, SessionPage
 
 
 @runtime_checkable
@@ -151,6 +151,134 @@ class SupportsRevisions(Protocol):
     async def update_data_if(self, session_id: str, snapshot: str | None, revision: int) -> int:
         """Replace the session's data only if its revision still equals ``revision``;
         the new revision. Otherwise ``RevisionConflictError``, nothing changed."""
+        ...
+
+
+@runtime_checkable
+class SupportsPaging(Protocol):
+    """Pages through sessions with opaque cursors (on a ``SessionStore``).
+
+    Also reads one session's info (``session_info``), labels included.
+    """
+
+    async def page_sessions(
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        order: str = "updated",
+    ) -> SessionPage:
+        """At most ``limit`` sessions, then a cursor for the rest (``None`` on the last page).
+
+        ``order="updated"``: most recently written first, as ``list_sessions``;
+        ``order="created"``: oldest first, by first write (stable while the store
+        is written to; export and copy page this way). A session not written while
+        paging comes back exactly once across the pages. One page costs O(limit)
+        (an index, never a scan of every session) without ``labels`` or with one
+        pair. ``labels``: only sessions carrying every given pair. A cursor is
+        valid on any handle onto the same backend, for the same ``labels`` and
+        ``order``; any other cursor is a ``ValueError``.
+        """
+        ...
+
+    async def session_info(self, session_id: str) -> SessionInfo | None:
+        """The session's info and labels, or ``None`` if no session write created it."""
+        ...
+
+
+@runtime_checkable
+class SupportsLabels(Protocol):
+    """Labels: short key/value pairs on a session, to filter listings by (on a ``SessionStore``)."""
+
+    async def set_labels(self, session_id: str, labels: Mapping[str, str]) -> None:
+        """Replace the session's labels (``{}`` clears them); a session write.
+
+        At most 32 pairs of non-empty text of at most 256 UTF-8 bytes each
+        (``validate_labels``). Like every session write it creates the session,
+        makes its revision larger and moves it to the front of the listing;
+        ``put`` keeps labels.
+        """
+        ...
+
+
+@runtime_checkable
+class SupportsPrune(Protocol):
+    """Bounded retention of a session's steps (on a ``StepStore``)."""
+
+    async def prune_steps(self, session_id: str, *, keep_last: int) -> int:
+        """Remove all but the newest ``keep_last`` (an int >= 1) steps of the session, in
+        insertion order; how many were removed.
+
+        What remains keeps its order and every field, so the loop's next step
+        index is unchanged (it follows the last step kept). Other sessions are
+        untouched. A cancelled call removed nothing.
+        """
+        ...
+
+
+@runtime_checkable
+class SupportsStepsAfter(Protocol):
+    """Reads a session's trace in ranges (on a ``StepStore``): what export streams with."""
+
+    async def steps_after(self, session_id: str, after: int, limit: int) -> list[RunStep]:
+        """At most ``limit`` (>= 1) of the session's steps in insertion order, skipping the
+        first ``after`` (>= 0) it holds now: ``all(session_id)[after:after + limit]``."""
+        ...
+
+
+@runtime_checkable
+class SupportsExpire(Protocol):
+    """Deletes sessions nobody wrote for a while (on a ``SessionStore``)."""
+
+    async def expire_sessions(self, *, idle_for: float, limit: int = 1000) -> list[str]:
+        """Delete, as ``delete_session`` does, up to ``limit`` sessions whose last write is
+        older than ``idle_for`` seconds on the store's clock and that hold no live
+        lease; their ids.
+
+        Idleness is judged on a write time the store stamps (a session with steps
+        but no session row: its newest step's). A session whose lease expired
+        but was never released is taken over (a new, larger token) before it is
+        deleted, so its old holder's fenced writes fail. Several processes may
+        run it at once (each session is deleted once); it never waits for a lease.
+        """
+        ...
+
+
+@runtime_checkable
+class SupportsFork(Protocol):
+    """Forks a conversation into a new session (on one object holding steps and sessions)."""
+
+    async def fork_session(
+        self, source_id: str, new_id: str, *, keep_first: int | None = None
+    ) -> None:
+        """In one atomic step: ``new_id`` gets the source's model, system prompt, data and
+        labels, and copies of its first ``keep_first`` (an int >= 0) steps, all when
+        ``None``, in order, every field kept but ``session_id``; no run summaries, a
+        fresh revision (above any kept for ``new_id``), no lease; the source unchanged.
+
+        Raises ``SessionExistsError`` if ``new_id`` exists (a session row or
+        steps), a ``LookupError`` if the source has neither, ``ValueError`` if
+        ``new_id == source_id``; nothing changed then.
+        """
+        ...
+
+
+@runtime_checkable
+class SupportsRestore(Protocol):
+    """Writes a session as an export recorded it (on a ``SessionStore``): what import uses."""
+
+    async def restore_session(
+        self, session: Session, info: SessionInfo, final: FinalizeSummary | None
+    ) -> None:
+        """Create the session ``session.id`` as recorded: its settings and data (``session``),
+        labels, run total and ``created_at`` / ``updated_at`` (``info``, of the same id)
+        and latest run summary (``final``, whose status is ``info.status``).
+
+        A session write (the revision grows; the session moves to the front of
+        the listing). Raises ``SessionExistsError`` if the session exists (a
+        session row or, on a store holding both, steps): nothing changed.
+        """
         ...
 
 

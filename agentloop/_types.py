@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import cast
+from typing import Any, cast
 
 import attrs
 
 from agentloop import _validate as check
-from agentloop._validate import parse_json, preview, trusted_builder, validate_json
+from agentloop._validate import (
+    parse_json,
+    preview,
+    trusted_builder,
+    validate_json,
+    validate_labels,
+)
 
 
 class StepType(enum.StrEnum):
@@ -170,14 +176,59 @@ class CompactionCheckpoint:
         return cls(retain_from_step=value)
 
 
+class _Labels(Mapping[str, str]):
+    """A session's labels: a read-only, hashable mapping (what ``SessionInfo.labels`` holds)."""
+
+    __slots__ = ("_pairs",)
+
+    def __init__(self, pairs: dict[str, str]) -> None:
+        self._pairs = pairs
+
+    def __getitem__(self, key: str) -> str:
+        return self._pairs[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._pairs)
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._pairs.items()))
+
+    def __repr__(self) -> str:
+        return repr(self._pairs)
+
+
+_NO_LABELS = _Labels({})
+
+
+def _to_labels(value: object) -> object:
+    if value is None or isinstance(value, _Labels):
+        return _NO_LABELS if value is None else value
+    if isinstance(value, Mapping):
+        return _Labels(validate_labels(value)) if value else _NO_LABELS
+    return value  # not a mapping: the validator names it
+
+
+def _labels(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, _Labels):
+        validate_labels(value, attribute.name)
+
+
 @attrs.frozen
 class SessionInfo:
-    """One row of ``list_sessions``: a session's identity, latest run and times.
+    """One session's identity, latest run, times and labels, as listings return it.
 
     ``status`` is the latest run's status (``None`` before any ``finalize``);
     ``step_count`` totals ``FinalizeSummary.step_count`` over every finalized
     run. ``created_at`` is the first write through the session store,
-    ``updated_at`` the latest, both aware UTC.
+    ``updated_at`` the latest, both aware UTC. ``labels`` is a read-only
+    mapping (empty when the session has none, or the store keeps none).
+
+    Raises:
+        TypeError, ValueError: a field breaks its rule (``labels``: at most 32
+            pairs of non-empty text of at most 256 UTF-8 bytes each).
     """
 
     id: str = attrs.field(validator=check.session_id)
@@ -187,3 +238,23 @@ class SessionInfo:
     step_count: int = attrs.field(validator=check.int64)
     created_at: datetime = attrs.field(converter=check.to_utc, validator=check.aware_datetime)
     updated_at: datetime = attrs.field(converter=check.to_utc, validator=check.aware_datetime)
+    labels: Mapping[str, str] = attrs.field(
+        default=None, converter=_to_labels, validator=_labels, kw_only=True
+    )
+
+
+@attrs.frozen
+class SessionPage:
+    """One page of ``page_sessions``: its sessions, and the cursor of the next page.
+
+    ``cursor`` is ``None`` on the last page; pass it back (to any handle onto
+    the same backend) for the next one. Only the store that made a cursor
+    understands it.
+    """
+
+    sessions: tuple[SessionInfo, ...] = attrs.field(
+        converter=check.to_tuple, validator=check.tuple_of(SessionInfo)
+    )
+    cursor: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(check.key_text)
+    )

@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 import json
 import math
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -40,6 +40,10 @@ hold (a C ``int`` of milliseconds); one ceiling for every seconds argument, so
 a value valid in one place is valid in all. ``None`` asks for no limit where
 that is allowed.
 """
+LABELS_MAX = 32
+"""The most labels one session may carry."""
+LABEL_MAX_BYTES = 256
+"""The longest label key or value, in UTF-8 bytes."""
 JSON_DEPTH_MAX = 100
 """How deeply a JSON value given as Python objects (a tool's schema) may nest."""
 
@@ -111,6 +115,42 @@ def validate_session_id(value: object, field: str = "session_id") -> str:
             f"got {size} bytes: {preview(text)}"
         )
     return text
+
+
+def _label_text(value: object, field: str) -> str:
+    text = check_text(value, field, allow_nul=False)
+    if not text:
+        raise ValueError(f"{field} must be a non-empty str, got ''")
+    size = len(text.encode("utf-8"))
+    if size > LABEL_MAX_BYTES:
+        raise ValueError(
+            f"{field} must be at most {LABEL_MAX_BYTES} UTF-8 bytes, got {size} bytes: "
+            f"{preview(text)}"
+        )
+    return text
+
+
+def validate_labels(labels: object, field: str = "labels") -> dict[str, str]:
+    """Check a session's labels; a fresh ``dict`` of them.
+
+    At most 32 pairs; each key and value non-empty text of at most 256 UTF-8
+    bytes, without NUL or lone surrogates (checked like session ids, and kept
+    verbatim: nothing is trimmed or case-folded).
+
+    Raises:
+        TypeError: ``labels`` is not a mapping, or a key or value is not a ``str``.
+        ValueError: more than 32 pairs, or a key or value breaks the text rule
+            (the message names it: ``labels['team']``).
+    """
+    if not isinstance(labels, Mapping):
+        raise TypeError(f"{field} must be a mapping of str to str, got {preview(labels)}")
+    checked: dict[str, str] = {}
+    for key, value in labels.items():
+        name = _label_text(key, f"{field} key")
+        checked[name] = _label_text(value, f"{field}[{name!r}]")
+    if len(checked) > LABELS_MAX:
+        raise ValueError(f"{field} must hold at most {LABELS_MAX} pairs, got {len(checked)}")
+    return checked
 
 
 def validate_owner(value: object, field: str = "owner") -> str:
