@@ -11,10 +11,11 @@ import anyio
 
 from agentloop._backend import raise_pending_cancel
 from agentloop._config import LoopConfig, RunResult
+from agentloop._events import LoopWarning
 from agentloop._lease import SupportsLease
 from agentloop._lease_run import covers_appends, run_leased
 from agentloop._model import Compactor, Model
-from agentloop._protocols import SessionStore, StepStore
+from agentloop._protocols import SessionStore, StepStore, SupportsPrune
 from agentloop._run import Run, RunParts, RunStores
 from agentloop._tools import Tool
 from agentloop._validate import check_text, preview, validate_session_id
@@ -135,6 +136,8 @@ class Loop:
         # Decided once: a store's capabilities and what its views cover do not change.
         self._leases = sessions if isinstance(sessions, SupportsLease) else None
         self._covered = covers_appends(sessions, steps)
+        # keep_steps on a store that cannot prune: said once, by the first run.
+        self._prune_ignored = config.keep_steps is not None and not isinstance(steps, SupportsPrune)
 
     @property
     def steps(self) -> StepStore:
@@ -183,8 +186,21 @@ class Loop:
         else:
             del self._turns[session_id]
 
+    def _warn_once(self, session_id: str) -> None:
+        if self._parts.on_event is not None:
+            self._parts.on_event(
+                LoopWarning(
+                    session_id,
+                    f"keep_steps={self._parts.config.keep_steps} is ignored: the step store "
+                    f"has no prune_steps (SupportsPrune)",
+                )
+            )
+
     async def _start(self, session_id: str, message: str) -> RunResult:
         """The run itself, leased when the session store has leases."""
+        if self._prune_ignored:
+            self._prune_ignored = False
+            self._warn_once(session_id)
         if self._leases is not None:
             return await run_leased(self._parts, self._leases, self._covered, session_id, message)
         stores = RunStores(self._parts.steps, self._parts.sessions, session_id)

@@ -44,7 +44,13 @@ from agentloop._model import (
     ToolCall,
     ToolSpec,
 )
-from agentloop._protocols import SessionStore, StepStore, SupportsAppendMany, append_all
+from agentloop._protocols import (
+    SessionStore,
+    StepStore,
+    SupportsAppendMany,
+    SupportsPrune,
+    append_all,
+)
 from agentloop._rehydrate import Conversation, next_step_index, tool_call_fields, tool_result_args
 from agentloop._tools import Tool, ToolContext
 from agentloop._types import CompactionCheckpoint, FinalizeSummary, RunStatus, RunStep, StepType
@@ -54,6 +60,10 @@ if TYPE_CHECKING:
     from agentloop._config import LoopConfig
     from agentloop._protocols import SessionStore, StepStore
     from agentloop._types import FinalizeSummary, RunStep, Session
+
+
+class _StrictStop(Exception):
+    """Ends a strict run: what went wrong, for its ``error`` step."""
 
 
 def _ignore(event: Event) -> None:
@@ -102,15 +112,26 @@ class Run:
         try:
             if self._parts.config.run_timeout is None:  # no deadline: a scope would only cost
                 status, text = await self._body()
-                return await self._record.finish(status, text)
+                return await self._finish(status, text)
             with anyio.CancelScope(deadline=self._record.run_deadline()) as scope:
                 status, text = await self._body()
             if not scope.cancelled_caught:
-                return await self._record.finish(status, text)
+                return await self._finish(status, text)
             return await self._record.record_timeout()
         except BaseException as exc:
             await self._record.abort(exc)
             raise
+
+    async def _finish(self, status: RunStatus, text: str) -> RunResult:
+        """``finalize``, then, after a completed run, prune to ``keep_steps`` if asked."""
+        result = await self._record.finish(status, text)
+        keep = self._parts.config.keep_steps
+        if status is RunStatus.completed and keep is not None and self._stores.can_prune:
+            try:
+                await self._stores.prune_steps(keep)
+            except StoreError as failure:  # the run is recorded: a warning, not a failure
+                self._record.warn(f"prune_steps(keep_last={keep}) after the run failed: {failure}")
+        return result
 
     async def _load(self) -> Session:
         """Read the session and the history window; rehydrate messages and working memory."""
@@ -125,16 +146,28 @@ class Run:
         self._conversation = Conversation.replayed(window)
         problem = self._memory.load(session.data)
         if problem is not None:
-            self._emit(
-                LoopWarning(
-                    self._session_id,
-                    f"session data cannot be loaded ({problem}); working memory starts "
-                    f"empty and the stored data is kept until a tool writes new data",
-                )
+            self._warn(
+                f"session data cannot be loaded ({problem}); working memory starts "
+                f"empty and the stored data is kept until a tool writes new data"
             )
         return session
 
+    def _warn(self, message: str) -> None:
+        """Emit a ``LoopWarning`` from the run's body; in strict mode it also ends the run."""
+        self._emit(LoopWarning(self._session_id, message))
+        if self._parts.config.strict:
+            raise _StrictStop(message)
+
     async def _body(self) -> tuple[RunStatus, str]:
+        """The run's steps; in strict mode a tool error or a ``LoopWarning`` ends it with
+        an ``error`` step and status ``error``."""
+        try:
+            return await self._iterate()
+        except _StrictStop as stop:
+            await self._record.append(StepType.error, f"strict mode: {stop}")
+            return RunStatus.error, ""
+
+    async def _iterate(self) -> tuple[RunStatus, str]:
         config = self._parts.config
         record, model = self._record, self._parts.model
         session = await self._load()
@@ -192,11 +225,7 @@ class Run:
                     f"got {compaction.retained_from}"
                 )
         except Exception as exc:
-            self._emit(
-                LoopWarning(
-                    self._session_id, f"compaction failed; history kept whole: {describe(exc)}"
-                )
-            )
+            self._warn(f"compaction failed; history kept whole: {describe(exc)}")
             return None
         return compaction
 
@@ -267,7 +296,9 @@ class Run:
         self._conversation.add(Message("assistant", reply.content, reply.tool_calls), first_index)
         for call, arguments in zip(reply.tool_calls, decoded, strict=True):
             started = record.now()
-            output = await self._call_tool(call, arguments)
+            output, failed = await self._call_tool(call, arguments)
+            if failed and self._parts.config.strict:
+                raise _StrictStop(output.removeprefix("Error: "))
             index = await record.append(
                 StepType.tool_result,
                 output,
@@ -276,21 +307,22 @@ class Run:
             )
             self._conversation.add(Message("tool", output, (), call.id), index)
 
-    async def _call_tool(self, call: ToolCall, args: object) -> str:
-        """The tool's output, or an ``Error:`` text; persists changed working memory.
+    async def _call_tool(self, call: ToolCall, args: object) -> tuple[str, bool]:
+        """The tool's output, or an ``Error:`` text and ``True``; persists changed working memory.
 
         ``args``: the call's decoded arguments, or the ``ValueError`` decoding raised.
         """
         tools = self._parts.tools
         tool = tools.get(call.name)
         if tool is None:
-            return f"Error: unknown tool {call.name!r}; available tools: {sorted(tools)}"
+            return f"Error: unknown tool {call.name!r}; available tools: {sorted(tools)}", True
         if isinstance(args, ValueError):
-            return f"Error: malformed arguments for tool {call.name!r}: {args}"
+            return f"Error: malformed arguments for tool {call.name!r}: {args}", True
         if not isinstance(args, dict):
             return (
                 f"Error: arguments for tool {call.name!r} must be a JSON object, "
-                f"got {preview(call.args)}"
+                f"got {preview(call.args)}",
+                True,
             )
         try:
             output = await tool.fn(args, self._memory.context)
@@ -299,14 +331,14 @@ class Run:
             check_text(output, "tool output")
         except Exception as exc:
             self._memory.discard_changes()  # a failed call leaves no trace in working memory
-            return f"Error: tool {call.name!r} failed: {describe(exc)}"
+            return f"Error: tool {call.name!r} failed: {describe(exc)}", True
         try:
             changes = self._memory.changes()
         except (TypeError, ValueError, RecursionError) as exc:
-            return f"Error: tool {call.name!r} left working memory that is not JSON: {exc}"
+            return f"Error: tool {call.name!r} left working memory that is not JSON: {exc}", True
         if changes is not None:
             await self._memory.store(changes)
-        return output
+        return output, False
 
 
 def _ms(seconds: float) -> int:
@@ -614,7 +646,7 @@ class RunStores:
     write raises ``LeaseLostError`` without calling the store.
     """
 
-    __slots__ = ("atomic_batches", "lease_lost", "session_id", "sessions", "steps")
+    __slots__ = ("atomic_batches", "can_prune", "lease_lost", "session_id", "sessions", "steps")
 
     def __init__(self, steps: StepStore, sessions: SessionStore, session_id: str) -> None:
         self.steps = steps
@@ -623,6 +655,7 @@ class RunStores:
         self.lease_lost: LeaseLostError | None = None  # set once the run's lease is lost
         # Whether the step store has ``append_many`` (``SupportsAppendMany``).
         self.atomic_batches = isinstance(steps, SupportsAppendMany)
+        self.can_prune = isinstance(steps, SupportsPrune)
 
     def _refused(self, operation: str) -> LeaseLostError:
         return LeaseLostError(
@@ -709,6 +742,23 @@ class RunStores:
             raise
         except Exception as exc:
             raise self._failed("finalize", exc) from exc
+
+    async def prune_steps(self, keep_last: int) -> int:
+        """Keep the session's newest ``keep_last`` steps (the loop calls this only when
+        :attr:`can_prune`); how many were removed.
+
+        A ``LeaseLostError`` is a ``StoreError`` too: the run that asks is over.
+        """
+        if self.lease_lost is not None:
+            raise self._refused("prune_steps") from self.lease_lost
+        pruning: SupportsPrune = self.steps  # type: ignore[assignment]
+        try:
+            return await pruning.prune_steps(self.session_id, keep_last=keep_last)
+        except LeaseLostError as exc:
+            self.lease_lost = exc
+            raise
+        except Exception as exc:
+            raise self._failed("prune_steps", exc) from exc
 
 
 _canonical = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
