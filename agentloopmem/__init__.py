@@ -14,10 +14,21 @@ that returned is never reported as cancelled.
 Leases (``SessionStore.acquire_lease`` and ``fenced``) make one owner the only
 writer of a session among the tasks and threads of this process; a
 ``SessionStore(steps=step_store)`` fences that step store's appends too.
+``MemoryStore`` is one object holding both, as the SQL stores are: it also
+deletes, expires, restores and forks whole sessions, steps included.
 """
 
 from __future__ import annotations
 
-from agentloopmem._stores import FencedSessionStore, FencedStore, SessionStore, StepStore
+from agentloopmem._combined import FencedMemoryStore, MemoryStore
+from agentloopmem._sessions import FencedSessionStore, FencedStore, SessionStore
+from agentloopmem._steps import StepStore
 
-__all__ = ["FencedSessionStore", "FencedStore", "SessionStore", "StepStore"]
+__all__ = [
+    "FencedMemoryStore",
+    "FencedSessionStore",
+    "FencedStore",
+    "MemoryStore",
+    "SessionStore",
+    "StepStore",
+]

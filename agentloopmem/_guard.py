@@ -1,14 +1,16 @@
-"""One in-memory store's lock and closed state, and the store-call convention around them."""
+"""One in-memory store's lock, closed state and clock, and the store-call convention
+around them."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import TypeVar
 
 from agentloop import StoreClosedError
-from agentloop._shared import call_ends, call_starts
+from agentloop._shared import call_ends, call_starts, preview
 
 T = TypeVar("T")
 
@@ -69,3 +71,37 @@ class Guard:
                 self._closed = True
                 clear()
         await call_ends()
+
+
+Clock = Callable[[], datetime]
+
+
+def system_clock() -> datetime:
+    """The wall clock, in UTC: the default clock of the in-memory stores."""
+    return datetime.now(UTC)
+
+
+def checked_clock(clock: object) -> Clock:
+    """``clock`` (a zero-argument callable returning an aware ``datetime``), or the
+    system clock for ``None``.
+
+    Raises:
+        TypeError: ``clock`` is not callable.
+    """
+    if clock is None:
+        return system_clock
+    if not callable(clock):
+        raise TypeError(f"clock must be a callable returning a datetime, got {preview(clock)}")
+    return clock
+
+
+def read_clock(clock: Clock) -> datetime:
+    """The clock's time in UTC; called outside the lock, since a clock is user code.
+
+    Raises:
+        ValueError: the clock returned something else than an aware ``datetime``.
+    """
+    now = clock()
+    if not isinstance(now, datetime) or now.utcoffset() is None:
+        raise ValueError(f"clock must return a timezone-aware datetime, got {preview(now)}")
+    return now.astimezone(UTC)

@@ -210,7 +210,7 @@ def test_private_import_check_catches_each_form(tmp_path: Path) -> None:
         "from agentloop._shared import preview\n"
         "from agentloop._shared import _secret\n"
         "from agentloop import _shared\n"
-        "from agentloopmem._stores import StepStore\n"
+        "from agentloopmem._steps import StepStore\n"
     )
     hits = [hit.split(" imports ")[1] for hit in private_agentloop_imports(source)]
     assert hits == [

@@ -23,7 +23,7 @@ from agentloop import (
 )
 from agentloop import SessionStore as SessionStoreProtocol
 from agentloopmem import SessionStore
-from agentloopmem import _stores as sessions_module
+from agentloopmem import _sessions as sessions_module
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -1,19 +1,21 @@
-"""The in-memory stores: ``StepStore``, ``SessionStore`` and the fenced views over them.
+"""The in-memory ``SessionStore`` and the fenced views over it.
 
-A ``StepStore`` keeps one list of steps per session. A ``SessionStore`` keeps
-sessions (settings, working memory, run summaries), the revision of each and
-the latest lease grant of each; its fenced views check a lease and write under
+A ``SessionStore`` keeps sessions (settings, working memory, labels, run
+summaries), the revision of each and the latest lease grant of each, and the
+orders paging and expiry walk; its fenced views check a lease and write under
 one hold of its lock, and a ``FencedStore`` fences the appends of the
 ``StepStore`` it was made with under that same hold.
 """
 
 from __future__ import annotations
 
-import heapq
+import base64
+import binascii
 import itertools
-import operator
-from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+import json
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
 
 import attrs
 
@@ -21,10 +23,14 @@ from agentloop import (
     FinalizeSummary,
     Lease,
     RevisionConflictError,
+    RunStatus,
     RunStep,
     Session,
+    SessionExistsError,
     SessionInfo,
+    SessionPage,
     validate_json,
+    validate_labels,
     validate_n,
     validate_session_id,
 )
@@ -40,7 +46,9 @@ from agentloop._shared import (
     trusted_builder,
     validate_owner,
 )
-from agentloopmem._guard import Guard
+from agentloopmem._guard import Guard, checked_clock, read_clock
+from agentloopmem._index import KeyOrder
+from agentloopmem._steps import StepStore
 
 # ``update_data`` parses the snapshot before taking the lock, so a big one never
 # stalls other threads; the session is then rebuilt from fields checked already.
@@ -57,6 +65,21 @@ class _Record:
     updated_at: datetime
     step_total: int
     write_seq: int
+    labels: dict[str, str] = attrs.Factory(dict)
+
+    def snapshot(self) -> _Shown:
+        """What listings show of the session, read under the lock (built outside it)."""
+        status = self.final.status if self.final is not None else None
+        times = self.created_at, self.updated_at
+        return self.session.id, status, self.step_total, *times, self.labels
+
+
+_Shown = tuple[str, RunStatus | None, int, datetime, datetime, dict[str, str]]
+
+
+def _info(shown: _Shown) -> SessionInfo:
+    session_id, status, total, created, updated, labels = shown
+    return SessionInfo(session_id, status, total, created, updated, labels=labels)
 
 
 @attrs.define
@@ -69,11 +92,11 @@ class _Grant:
     released: bool
 
 
-_by_write_seq = operator.attrgetter("write_seq")
+ORDERS = ("updated", "created")
 
 
-def _system_clock() -> datetime:
-    return datetime.now(UTC)
+def _labels_key(labels: Mapping[str, str]) -> str:
+    return json.dumps(sorted(labels.items()), ensure_ascii=False, separators=(",", ":"))
 
 
 def _check_lease(lease: object) -> Lease:
@@ -82,99 +105,24 @@ def _check_lease(lease: object) -> Lease:
     return lease
 
 
-class StepStore:
-    """Steps kept in a dict of per-session lists; safe from trio and asyncio tasks and OS threads.
+def check_restored(session: object, info: object, final: object) -> None:
+    """Check ``restore_session``'s arguments.
 
-    Implements ``StepStore`` and the ``append_many``, ``all``,
-    ``delete_session`` and ``aclose`` capabilities. Steps are immutable values;
-    every returned list is a fresh copy, so mutating it cannot reach the store.
-    ``last_n`` costs O(n), however long the history.
-
-    **Cancellation**, under trio and asyncio alike: a cancelled call raises before
-    touching the store; a call that returns has fully happened and was a checkpoint.
+    Raises:
+        TypeError: an argument of the wrong type.
+        ValueError: ``info`` is another session's, or ``final``'s status is not ``info.status``.
     """
-
-    def __init__(self) -> None:
-        self._guard = Guard(type(self).__name__)
-        self._steps: dict[str, list[RunStep]] = {}
-
-    async def append(self, step: RunStep) -> None:
-        """Append ``step`` to its session's trace.
-
-        Raises:
-            TypeError: ``step`` is not a ``RunStep``.
-            StoreClosedError: the store was closed.
-        """
-        if not isinstance(step, RunStep):
-            raise TypeError(f"step must be a RunStep, got {preview(step)}")
-        await self._guard.call(lambda: self._extend((step,)))
-
-    async def append_many(self, steps: Sequence[RunStep]) -> None:
-        """Append every step of ``steps``, in order, under one hold of the lock: all or nothing.
-
-        The batch may span sessions; no other append lands between its steps.
-        ``[]`` is a no-op (still a checkpoint).
-
-        Raises:
-            TypeError: ``steps`` is not a sequence of ``RunStep``; the message
-                names the first bad position and nothing is appended.
-            StoreClosedError: the store was closed.
-
-        **Cancellation**: a cancelled call appends nothing.
-        """
-        batch = check_steps(steps)
-        await self._guard.call(lambda: self._extend(batch))
-
-    def _extend(self, batch: Sequence[RunStep]) -> None:
-        """Append the checked ``batch``; call with the lock held (it cannot fail part way)."""
-        for step in batch:
-            self._steps.setdefault(step.session_id, []).append(step)
-
-    def _extend_held(self, batch: Sequence[RunStep]) -> None:
-        """Append the checked ``batch`` now, taking the lock (for a fenced view's append).
-
-        Raises:
-            StoreClosedError: the store was closed.
-        """
-        with self._guard.held():
-            self._extend(batch)
-
-    async def last_n(self, session_id: str, n: int) -> list[RunStep]:
-        """The newest ``n`` steps of the session, oldest first; ``[]`` for an unknown session.
-
-        Raises:
-            TypeError: ``n`` is not an int (``bool`` included), or the id is not a str.
-            ValueError: ``n`` < 1, or the id is empty or holds NUL.
-            StoreClosedError: the store was closed.
-        """
-        validate_n(n)
-        validate_session_id(session_id)
-        return await self._guard.call(lambda: self._steps.get(session_id, [])[-n:])
-
-    async def all(self, session_id: str) -> list[RunStep]:
-        """Every step of the session in insertion order; ``[]`` for an unknown session.
-
-        Raises:
-            StoreClosedError: the store was closed.
-        """
-        validate_session_id(session_id)
-        return await self._guard.call(lambda: list(self._steps.get(session_id, ())))
-
-    async def delete_session(self, session_id: str) -> bool:
-        """Drop the session's steps; ``True`` if it had any.
-
-        Raises:
-            StoreClosedError: the store was closed.
-        """
-        validate_session_id(session_id)
-        return await self._guard.call(lambda: self._steps.pop(session_id, None) is not None)
-
-    async def aclose(self) -> None:
-        """Close the store and free its contents; every later call raises ``StoreClosedError``.
-
-        Idempotent. A cancelled call leaves the store open.
-        """
-        await self._guard.close(self._steps.clear)
+    if not isinstance(session, Session):
+        raise TypeError(f"session must be a Session, got {preview(session)}")
+    if not isinstance(info, SessionInfo):
+        raise TypeError(f"info must be a SessionInfo, got {preview(info)}")
+    if final is not None and not isinstance(final, FinalizeSummary):
+        raise TypeError(f"final must be a FinalizeSummary or None, got {preview(final)}")
+    if info.id != session.id:
+        raise ValueError(f"info must be of session {session.id!r}, got one of {info.id!r}")
+    status = final.status if final is not None else None
+    if status != info.status:
+        raise ValueError(f"final's status must be info.status ({info.status}), got {status}")
 
 
 class SessionStore:
@@ -202,17 +150,21 @@ class SessionStore:
     def __init__(
         self, clock: Callable[[], datetime] | None = None, *, steps: StepStore | None = None
     ) -> None:
-        if clock is not None and not callable(clock):
-            raise TypeError(f"clock must be a callable returning a datetime, got {preview(clock)}")
+        self._clock = checked_clock(clock)
         if steps is not None and not isinstance(steps, StepStore):
             raise TypeError(f"steps must be an agentloopmem.StepStore, got {preview(steps)}")
         self._guard = Guard(type(self).__name__)
         self._steps = steps
-        self._clock = clock if clock is not None else _system_clock
         self._records: dict[str, _Record] = {}
         self._grants: dict[str, _Grant] = {}
         self._revisions: dict[str, int] = {}
-        self._write_seq = itertools.count()
+        self._write_seq = itertools.count(1)
+        # The orders paging and expiry walk: by latest write, by first write, and by
+        # latest write per label pair; a cursor carries this store's token.
+        self._updated = KeyOrder()
+        self._created = KeyOrder()
+        self._by_label: dict[tuple[str, str], KeyOrder] = {}
+        self._token = secrets.token_hex(8)
 
     @property
     def steps(self) -> StepStore | None:
@@ -221,10 +173,7 @@ class SessionStore:
 
     def _now(self) -> datetime:
         """The clock's time in UTC; called outside the lock, since the clock is user code."""
-        now = self._clock()
-        if not isinstance(now, datetime) or now.utcoffset() is None:
-            raise ValueError(f"clock must return a timezone-aware datetime, got {preview(now)}")
-        return now.astimezone(UTC)
+        return read_clock(self._clock)
 
     # -- writes, all through _write --------------------------------------------------------
 
@@ -262,10 +211,48 @@ class SessionStore:
         if record is None:
             record = _Record(Session(session_id), None, now, now, 0, seq)
             self._records[session_id] = record
+            self._created.put(session_id, seq)
         else:
             record.updated_at = now
             record.write_seq = seq
+        self._updated.put(session_id, seq)
+        for pair in record.labels.items():
+            self._label_order(pair).put(session_id, seq)
         return record
+
+    def _label_order(self, pair: tuple[str, str]) -> KeyOrder:
+        order = self._by_label.get(pair)
+        if order is None:
+            order = self._by_label[pair] = KeyOrder()
+        return order
+
+    def _relabel(self, session_id: str, record: _Record, labels: dict[str, str]) -> None:
+        """Give ``record`` (just written) ``labels``; call with the lock held."""
+        for pair in record.labels.items():
+            if labels.get(pair[0]) != pair[1]:
+                self._unlabel(session_id, pair)
+        record.labels = labels
+        for pair in labels.items():
+            self._label_order(pair).put(session_id, record.write_seq)
+
+    def _unlabel(self, session_id: str, pair: tuple[str, str]) -> None:
+        order = self._by_label.get(pair)
+        if order is not None:
+            order.discard(session_id)
+            if not order:
+                del self._by_label[pair]
+
+    def _forget(self, session_id: str) -> bool:
+        """Delete the session's row (its revision grows); call with the lock held."""
+        record = self._records.pop(session_id, None)
+        if record is None:
+            return False
+        self._revisions[session_id] = self._revisions.get(session_id, 0) + 1
+        self._updated.discard(session_id)
+        self._created.discard(session_id)
+        for pair in record.labels.items():
+            self._unlabel(session_id, pair)
+        return True
 
     async def update_data(self, session_id: str, snapshot: str | None) -> None:
         """Replace the session's data with ``snapshot`` (JSON text, or ``None`` to clear it).
@@ -379,10 +366,7 @@ class SessionStore:
         def delete() -> bool:
             if fence is not None and fence.session_id == session_id:
                 self._check_fence(fence)
-            existed = self._records.pop(session_id, None) is not None
-            if existed:  # a stale update_data_if must not bring it back
-                self._revisions[session_id] = self._revisions.get(session_id, 0) + 1
-            return existed
+            return self._forget(session_id)  # a stale update_data_if must not bring it back
 
         return await self._guard.call(delete)
 
@@ -456,22 +440,223 @@ class SessionStore:
         """
         validate_n(limit, "limit")
 
-        def newest() -> list[tuple[str, FinalizeSummary | None, int, datetime, datetime]]:
-            records = heapq.nlargest(limit, self._records.values(), key=_by_write_seq)
-            return [
-                (r.session.id, r.final, r.step_total, r.created_at, r.updated_at) for r in records
-            ]
+        def newest() -> list[_Shown]:
+            return [self._records[key].snapshot() for _, key in self._updated.older(None, limit)]
 
-        return [
-            SessionInfo(
-                id=sid,
-                status=final.status if final is not None else None,
-                step_count=total,
-                created_at=created,
-                updated_at=updated,
+        return [_info(shown) for shown in await self._guard.call(newest)]
+
+    async def session_info(self, session_id: str) -> SessionInfo | None:
+        """The session's info and labels, or ``None`` if no session write created it.
+
+        Raises:
+            TypeError, ValueError: a bad session id.
+            StoreClosedError: the store was closed.
+        """
+        validate_session_id(session_id)
+
+        def read() -> _Shown | None:
+            record = self._records.get(session_id)
+            return record.snapshot() if record is not None else None
+
+        shown = await self._guard.call(read)
+        return _info(shown) if shown is not None else None
+
+    async def page_sessions(
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        order: str = "updated",
+    ) -> SessionPage:
+        """At most ``limit`` sessions, then a cursor for the rest (``None`` on the last page).
+
+        ``order="updated"``: most recently written first (``list_sessions``'
+        order); ``"created"``: oldest first by first write. ``labels``: only
+        sessions carrying every pair. A session not written while paging comes
+        back exactly once. A page costs O(limit) without labels or with one pair
+        (an order kept per pair), and filters for more.
+
+        Raises:
+            TypeError, ValueError: a bad ``limit``, ``labels`` or ``order``; a
+                cursor this store did not make, or made for another ``order`` or
+                ``labels``.
+            StoreClosedError: the store was closed.
+        """
+        count = validate_n(limit, "limit")
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {preview(order)}")
+        wanted = validate_labels(labels) if labels is not None else {}
+        query = f"{order}:{_labels_key(wanted)}"
+        start = self._decode_cursor(cursor, query) if cursor is not None else None
+        found = await self._guard.call(lambda: self._page(start, count + 1, order, wanted))
+        more = len(found) > count
+        page = found[:count]
+        next_cursor = self._encode_cursor(query, page[-1][0]) if more else None
+        return SessionPage(tuple(_info(shown) for _, shown in page), next_cursor)
+
+    def _page(
+        self, start: int | None, count: int, order: str, wanted: dict[str, str]
+    ) -> list[tuple[int, _Shown]]:
+        """The next ``count`` sessions after position ``start``; call with the lock held."""
+        records = self._records
+        if order == "created":
+            index, walk = self._created, self._created.newer
+        elif wanted:
+            first = next(iter(wanted.items()))
+            index = self._by_label.get(first, KeyOrder())
+            walk = index.older
+        else:
+            index, walk = self._updated, self._updated.older
+        keep = None
+        if len(wanted) > 1 or (wanted and index is self._created):
+            keep = lambda key: all(records[key].labels.get(k) == v for k, v in wanted.items())  # noqa: E731
+        return [(number, records[key].snapshot()) for number, key in walk(start, count, keep)]
+
+    def _encode_cursor(self, query: str, position: int) -> str:
+        raw = json.dumps([self._token, query, position], separators=(",", ":"))
+        return base64.urlsafe_b64encode(raw.encode("utf-8")).decode("ascii").rstrip("=")
+
+    def _decode_cursor(self, cursor: object, query: str) -> int:
+        if not isinstance(cursor, str):
+            raise TypeError(f"cursor must be a str or None, got {preview(cursor)}")
+        try:
+            raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+            token, made_for, position = json.loads(raw)
+        except (ValueError, TypeError, binascii.Error):
+            token = made_for = position = None
+        if token != self._token or not isinstance(position, int):
+            raise ValueError(
+                f"cursor must be one this store's page_sessions returned, got {preview(cursor)}"
             )
-            for sid, final, total, created, updated in await self._guard.call(newest)
-        ]
+        if made_for != query:
+            raise ValueError(
+                "cursor was made for another order or label filter; page with the same "
+                f"order and labels it came from, got {preview(cursor)}"
+            )
+        return position
+
+    async def set_labels(self, session_id: str, labels: Mapping[str, str]) -> None:
+        """Replace the session's labels (``{}`` clears them); a session write.
+
+        Like every session write it creates the session, makes its revision
+        larger and moves it to the front of the listing.
+
+        Raises:
+            TypeError, ValueError: a bad session id, or labels breaking
+                ``validate_labels``'s rules; nothing changed.
+            StoreClosedError: the store was closed.
+        """
+        await self._write_labels(session_id, labels, None)
+
+    async def _write_labels(
+        self, session_id: str, labels: Mapping[str, str], fence: Lease | None
+    ) -> None:
+        """``set_labels``, fenced by ``fence`` when given."""
+        validate_session_id(session_id)
+        checked = validate_labels(labels)
+        now = self._now()
+
+        def write() -> None:
+            self._relabel(session_id, self._write(session_id, now, fence), checked)
+
+        await self._guard.call(write)
+
+    async def restore_session(
+        self, session: Session, info: SessionInfo, final: FinalizeSummary | None
+    ) -> None:
+        """Create ``session.id`` as an export recorded it: settings and data, labels, run
+        total, ``created_at`` / ``updated_at`` and the latest run summary.
+
+        A session write (its revision grows; it moves to the front of the listing).
+
+        Raises:
+            TypeError, ValueError: an argument of the wrong type, ``info`` of
+                another session, or ``final`` whose status is not ``info.status``.
+            SessionExistsError: the session exists; nothing changed.
+            StoreClosedError: the store was closed.
+        """
+        await self._write_restored(session, info, final, None)
+
+    async def _write_restored(
+        self,
+        session: Session,
+        info: SessionInfo,
+        final: FinalizeSummary | None,
+        fence: Lease | None,
+        exists: Callable[[str], bool] | None = None,
+    ) -> None:
+        """``restore_session``, fenced by ``fence`` when given; ``exists`` also counts as
+        the session being there (a combined store's steps)."""
+        check_restored(session, info, final)
+        now = self._now()
+
+        def write() -> None:
+            if session.id in self._records or (exists is not None and exists(session.id)):
+                raise SessionExistsError(
+                    f"session {preview(session.id)} exists; nothing was written "
+                    "(delete it first to replace it)"
+                )
+            record = self._write(session.id, now, fence)
+            record.session, record.final, record.step_total = session, final, info.step_count
+            record.created_at, record.updated_at = info.created_at, info.updated_at
+            self._relabel(session.id, record, dict(info.labels))
+
+        await self._guard.call(write)
+
+    async def expire_sessions(self, *, idle_for: float, limit: int = 1000) -> list[str]:
+        """Delete up to ``limit`` sessions whose last write is older than ``idle_for`` seconds
+        on the store's clock and that hold no live lease; their ids, oldest first.
+
+        A session whose lease expired but was never released is taken over first
+        (a new, larger token), so its old holder's fenced writes fail. Walks the
+        sessions from the least recently written and stops at the first one not
+        idle: a call costs about what it deletes.
+
+        Raises:
+            TypeError, ValueError: ``idle_for`` is not a finite number of seconds
+                > 0, or ``limit`` not an int >= 1.
+            StoreClosedError: the store was closed.
+        """
+        seconds = check_seconds(idle_for, "idle_for")
+        count = validate_n(limit, "limit")
+        now = self._now()
+        cutoff = now - timedelta(seconds=seconds)
+        return await self._guard.call(lambda: self._expire(now, cutoff, count, None))
+
+    def _expire(
+        self, now: datetime, cutoff: datetime, count: int, also: Callable[[str], None] | None
+    ) -> list[str]:
+        """Delete idle, unleased sessions (and ``also(id)`` each); call with the lock held."""
+        gone: list[str] = []
+        after: int | None = None
+        while len(gone) < count:
+            batch = self._updated.newer(after, 64)
+            if not batch:
+                break
+            for number, key in batch:
+                after = number
+                if self._records[key].updated_at >= cutoff:
+                    return gone
+                if self._take_over_idle(key, now):
+                    self._forget(key)
+                    if also is not None:
+                        also(key)
+                    gone.append(key)
+                    if len(gone) == count:
+                        break
+        return gone
+
+    def _take_over_idle(self, session_id: str, now: datetime) -> bool:
+        """Whether the session may expire (no live lease), its stale lease taken over."""
+        grant = self._grants.get(session_id)
+        if grant is None or grant.released:
+            return True
+        if now < grant.expires_at:
+            return False
+        grant.token += 1  # the old holder's fenced writes now fail
+        grant.released = True
+        return True
 
     # -- leases ----------------------------------------------------------------------------
 
@@ -614,6 +799,18 @@ class SessionStore:
 
         await self._guard.call(append)
 
+    async def _prune_fenced(
+        self, steps: StepStore, session_id: str, keep: int, lease: Lease
+    ) -> int:
+        """Prune ``steps``' trace of the leased session if ``lease`` is still its latest grant
+        (the check and the prune under both locks, as a fenced append)."""
+
+        def prune() -> int:
+            self._check_fence(lease)
+            return steps._prune_held(session_id, keep)
+
+        return await self._guard.call(prune)
+
     async def aclose(self) -> None:
         """Close the store and free its contents; every later call raises ``StoreClosedError``.
 
@@ -625,6 +822,9 @@ class SessionStore:
         self._records.clear()
         self._grants.clear()
         self._revisions.clear()
+        self._updated.clear()
+        self._created.clear()
+        self._by_label.clear()
 
 
 class FencedSessionStore:
@@ -671,6 +871,46 @@ class FencedSessionStore:
     async def list_sessions(self, *, limit: int = 100) -> list[SessionInfo]:
         """As ``SessionStore.list_sessions``; not fenced."""
         return await self._sessions.list_sessions(limit=limit)
+
+    async def session_info(self, session_id: str) -> SessionInfo | None:
+        """As ``SessionStore.session_info``; not fenced."""
+        return await self._sessions.session_info(session_id)
+
+    async def page_sessions(
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        order: str = "updated",
+    ) -> SessionPage:
+        """As ``SessionStore.page_sessions``; not fenced."""
+        return await self._sessions.page_sessions(
+            limit=limit, cursor=cursor, labels=labels, order=order
+        )
+
+    async def expire_sessions(self, *, idle_for: float, limit: int = 1000) -> list[str]:
+        """As ``SessionStore.expire_sessions`` (store-wide: never a live lease's session)."""
+        return await self._sessions.expire_sessions(idle_for=idle_for, limit=limit)
+
+    async def set_labels(self, session_id: str, labels: Mapping[str, str]) -> None:
+        """As ``SessionStore.set_labels``, fenced.
+
+        Raises:
+            LeaseLostError: the session is the leased one and its lease was
+                acquired again since; nothing was written.
+        """
+        await self._sessions._write_labels(session_id, labels, self._lease)
+
+    async def restore_session(
+        self, session: Session, info: SessionInfo, final: FinalizeSummary | None
+    ) -> None:
+        """As ``SessionStore.restore_session``, fenced.
+
+        Raises:
+            LeaseLostError: as for :meth:`set_labels`; nothing was written.
+        """
+        await self._sessions._write_restored(session, info, final, self._lease)
 
     async def update_data(self, session_id: str, snapshot: str | None) -> None:
         """As ``SessionStore.update_data``, fenced.
@@ -786,6 +1026,22 @@ class FencedStore(FencedSessionStore):
             await self._sessions._append_fenced(self._steps, batch, self._lease)
         else:
             await self._steps.append_many(batch)
+
+    async def prune_steps(self, session_id: str, *, keep_last: int) -> int:
+        """As ``StepStore.prune_steps``, fenced when ``session_id`` is the leased session.
+
+        Raises:
+            LeaseLostError: the session's lease was acquired again since;
+                nothing was removed.
+        """
+        if session_id != self._lease.session_id:
+            return await self._steps.prune_steps(session_id, keep_last=keep_last)
+        keep = validate_n(keep_last, "keep_last")
+        return await self._sessions._prune_fenced(self._steps, session_id, keep, self._lease)
+
+    async def steps_after(self, session_id: str, after: int, limit: int) -> list[RunStep]:
+        """As ``StepStore.steps_after``; not fenced."""
+        return await self._steps.steps_after(session_id, after, limit)
 
     async def last_n(self, session_id: str, n: int) -> list[RunStep]:
         """As ``StepStore.last_n``; not fenced."""
