@@ -322,3 +322,17 @@ class _WritesSourceOnAppend(MemoryStore):
         await super().restore_session(session, info, final)
         if session.id == self.session_id:
             await self.source.update_data(session.id, '"changed"')
+
+
+async def test_the_documented_example_imports_and_exports_unchanged(tmp_path: Path) -> None:
+    """The example in docs/export-format.md is a valid export that round-trips byte for byte."""
+    page = (Path(__file__).parents[1] / "docs" / "export-format.md").read_text(encoding="utf-8")
+    example = page.split("```json\n", 1)[1].split("```", 1)[0]
+    source = tmp_path / "example.jsonl"
+    source.write_text(example, encoding="utf-8")
+    store = MemoryStore()
+    report = await import_sessions(store, store, source)
+    assert (report.sessions, report.steps) == (1, 2)
+    again = tmp_path / "again.jsonl"
+    await export_sessions(store, store, again)
+    assert again.read_text(encoding="utf-8") == example
