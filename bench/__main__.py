@@ -14,7 +14,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from bench import batches, loop, mem, peers, sql
+from bench import batches, lifecycle, loop, mem, peers, sql
 from bench._peers_load import missing_message
 from bench._report import Row, render
 
@@ -23,6 +23,7 @@ SECTIONS: dict[str, Callable[[], list[Row]]] = {
     "loop": loop.rows,
     "sql": sql.rows,
     "batches": batches.rows,
+    "lifecycle": lifecycle.rows,
 }
 
 
