@@ -84,8 +84,8 @@ _QUERIES = {
     "finalize_landed": "SELECT 1 FROM {s}.finalize_keys WHERE session_id = %s AND key = %s",
     "final": f"SELECT {_FINAL} FROM {{s}}.sessions WHERE id = %s",
     "list_sessions": (
-        "SELECT id, final_status, step_total, created_at, updated_at FROM {s}.sessions "
-        "ORDER BY write_seq DESC LIMIT %s"
+        "SELECT write_seq, id, final_status, step_total, created_at, updated_at, labels "
+        "FROM {s}.sessions ORDER BY write_seq DESC LIMIT %s"
     ),
     # The deleted session's floor is a fresh write number: its revision grows
     # (see agentloopsql._store), so a stale update_data_if fails after a delete.
@@ -442,10 +442,7 @@ class PgOps:
 
     def list_sessions(self, conn: Conn, limit: int) -> list[SessionInfo]:
         rows = conn.execute(self.q["list_sessions"], (limit,)).fetchall()
-        return [
-            _codec.info(sid, status, total, _codec.as_utc(c), _codec.as_utc(u))
-            for sid, status, total, c, u in rows
-        ]
+        return [info for _, info in _infos(rows)]
 
     def delete_session(self, conn: Conn, session_id: str) -> bool:
         row = conn.execute(self.q["delete_session"], {"id": session_id}).fetchone()

@@ -502,10 +502,17 @@ def _take_over_idle(conn: sqlite3.Connection, session_id: str, now: int) -> bool
     return True
 
 
+_INCREMENTAL = 2  # PRAGMA auto_vacuum's answer in incremental mode
+
+
 def _give_back(conn: sqlite3.Connection) -> None:
     """Return the pages freed to the file system (a file with ``auto_vacuum=INCREMENTAL``;
     a no-op in any other)."""
-    conn.execute("PRAGMA incremental_vacuum").fetchall()
+    # Each run of the pragma through the driver frees one page: loop over the freelist.
+    free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+    if free and conn.execute("PRAGMA auto_vacuum").fetchone()[0] == _INCREMENTAL:
+        for _ in range(free):
+            conn.execute("PRAGMA incremental_vacuum(1)")
 
 
 _OPS = SqliteOps()
