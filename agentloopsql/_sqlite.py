@@ -581,8 +581,18 @@ class SqliteStore(SqlStore[sqlite3.Connection]):
 
     Open with ``await SqliteStore.open(path)``. Implements both protocols and
     every optional capability (``put``, ``final``, ``all``, ``list_sessions``,
-    ``delete_session``, ``aclose``, session leases with ``fenced`` views);
-    also an async context manager.
+    ``delete_session``, ``aclose``, session leases with ``fenced`` views,
+    revisions, and the session lifecycle: ``page_sessions``, ``session_info``,
+    ``set_labels``, ``prune_steps``, ``steps_after``, ``fork_session``,
+    ``restore_session``, ``expire_sessions``); also an async context manager.
+
+    **Session lifecycle**: each lifecycle write is one ``BEGIN IMMEDIATE``
+    transaction, so processes expiring at once take turns and each session is
+    deleted once. Session writes are stamped by this machine's clock, which
+    also judges idleness. A file created by this version is in
+    ``auto_vacuum=INCREMENTAL`` mode: prune and expire give the freed pages
+    back to the file system in the same transaction (an older file keeps
+    its mode until a one-off ``VACUUM`` after ``PRAGMA auto_vacuum = 2``).
 
     **Leases** hold across every handle and process on the file: each lease
     call and each fenced write is one ``BEGIN IMMEDIATE`` transaction (the

@@ -15,9 +15,9 @@ judge a lease exactly as ``agentloopmem`` does.
 **Revisions.** A session's revision is its ``write_seq``: every session write
 (``put``, ``update_data``, ``finalize``, ``update_data_if``) sets it from a
 store-wide counter that only grows, and lease calls never touch it.
-``delete_session`` keeps the deleted session's last revision in
-``revision_floors``, so its revision never gets smaller and a later write goes
-above it.
+``delete_session`` stores a fresh counter value for the deleted session in
+``revision_floors``, so its revision grows with the delete (a stale
+``update_data_if`` fails) and a later write goes above it.
 """
 
 from __future__ import annotations
@@ -570,9 +570,10 @@ class SqlStore(Generic[ConnT]):
     async def delete_session(self, session_id: str) -> bool:
         """Drop the session, its steps and its summaries in one transaction.
 
-        Returns ``True`` if the store held anything for the session. Its lease
-        row stays: a later acquire still gets a larger token. Its revision is
-        kept too (a later write goes above it).
+        Returns ``True`` if the store held anything for the session (labels
+        included). Its lease row stays: a later acquire still gets a larger
+        token. Its revision grows (a stale ``update_data_if`` fails, a later
+        write goes above it).
 
         Raises:
             StoreClosedError: the store was closed.
@@ -619,8 +620,8 @@ class SqlStore(Generic[ConnT]):
     async def revision(self, session_id: str) -> int:
         """The session's revision: 0 if never written, larger after every session write.
 
-        Only order and equality mean anything. A deleted session keeps the
-        revision it had, so a stale ``update_data_if`` fails; lease calls
+        Only order and equality mean anything. Deleting a session makes its
+        revision larger, so a stale ``update_data_if`` fails; lease calls
         never change it. Creates nothing.
 
         Raises:
