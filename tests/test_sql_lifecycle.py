@@ -386,6 +386,28 @@ class TestExpire:
         assert sorted(gone) == sorted(f"s{n}" for n in range(40))
         assert all(len(batch) <= 7 for batch in results)
 
+    async def test_expiries_on_two_handles_delete_each_session_once(
+        self, store: Store, sql_target: SqlTarget
+    ) -> None:
+        """Two handles onto one database (two connections, as two processes would)."""
+        for n in range(30):
+            await restore_idle(store, f"s{n}")
+        if isinstance(store, SqliteStore):
+            other: Store = await SqliteStore.open(store.path)
+        else:
+            assert sql_target.dsn is not None
+            other = await PostgresStore.open(sql_target.dsn, schema=store.schema, pool_size=2)
+        results: list[str] = []
+
+        async def expire(handle: Store) -> None:
+            while batch := await handle.expire_sessions(idle_for=60, limit=4):
+                results.extend(batch)
+
+        async with other, anyio.create_task_group() as group:
+            for handle in (store, other, store, other):
+                group.start_soon(expire, handle)
+        assert sorted(results) == sorted(f"s{n}" for n in range(30))
+
 
 class TestFork:
     async def test_copies_settings_labels_and_first_steps(self, store: Store) -> None:
