@@ -295,7 +295,30 @@ def inspect(conn: psycopg.Connection[Any], schema: str, newest: int) -> int | No
             )
     if kinds.get("session_writes") != "S":
         raise StoreError(f"schema {schema!r}: sequence 'session_writes' is missing")
+    if version >= _TRIGGERS_FROM:
+        _check_triggers(conn, schema, version)
     return version
+
+
+_TRIGGERS_FROM = 6
+_TRIGGERS = ("session_created", "session_labels_follow")
+
+
+def _check_triggers(conn: psycopg.Connection[Any], schema: str, version: int) -> None:
+    """Refuse a lifecycle schema whose sessions table lacks one of the store's triggers."""
+    rows = conn.execute(
+        "SELECT t.tgname FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c "
+        "ON c.oid = t.tgrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = 'sessions' AND NOT t.tgisinternal",
+        (schema,),
+    ).fetchall()
+    found = {row[0] for row in rows}
+    for name in _TRIGGERS:
+        if name not in found:
+            raise StoreError(
+                f"schema {schema!r} is version {version} but trigger {name!r} on 'sessions' "
+                "is missing (damaged or changed by hand); refusing to change it"
+            )
 
 
 def _read_version(

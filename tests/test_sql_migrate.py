@@ -183,3 +183,25 @@ async def test_each_database_gets_its_own_cursor_secret(tmp_path: Path) -> None:
         conn.close()
     assert len(secrets) == 2
     assert all(len(secret) == 64 for secret in secrets)
+
+
+async def test_postgres_lifecycle_schema_missing_a_trigger_is_refused(postgres_dsn: str) -> None:
+    async with fresh_schema(postgres_dsn) as schema:
+        await (await PostgresStore.open(postgres_dsn, schema=schema, pool_size=1)).aclose()
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(
+                pg_schema.render(conn, schema, "DROP TRIGGER session_labels_follow ON {s}.sessions")
+            )
+        with pytest.raises(StoreError, match=r"trigger 'session_labels_follow' on 'sessions'"):
+            await PostgresStore.open(postgres_dsn, schema=schema, pool_size=1)
+
+
+async def test_sqlite_lifecycle_schema_missing_its_trigger_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    async with await SqliteStore.open(path):
+        pass
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("DROP TRIGGER session_labels_follow")
+    conn.close()
+    with pytest.raises(StoreError, match=r"trigger 'session_labels_follow' is missing"):
+        await SqliteStore.open(path)
