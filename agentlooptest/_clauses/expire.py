@@ -39,14 +39,15 @@ async def _expire(store: Any, limit: int, did: str) -> list[str]:
 @clause(
     "session.expire.idle-only",
     "expire_sessions deletes, limit at a time, exactly the sessions not written for "
-    "idle_for seconds (judged by the latest write, not the first), steps included",
+    "idle_for seconds (judged by the latest write, not the first), steps included; "
+    "concurrent calls delete (and report) each once",
     capability="expire_sessions",
     why=RETENTION,
     hint="idleness judged by created_at, or by a clock the writes do not stamp",
 )
 async def _idle_only(h: Harness) -> None:
     async with open_sessions(h) as store:
-        idle = ["old", "l1", "l2", "l3"]
+        idle = ["old", *(f"l{k}" for k in range(9))]
         for sid in [*idle, "busy"]:
             await store.update_data(sid, '{"v": 1}')
         combined = isinstance(store, StepStore)
@@ -55,15 +56,24 @@ async def _idle_only(h: Harness) -> None:
         await anyio.sleep(WAIT)
         await store.update_data("busy", '{"v": 2}')
         await store.update_data("new", '{"v": 3}')
-        did = f"wrote {idle} and 'busy', waited {WAIT}s, wrote 'busy' again and 'new'"
+        did = f"wrote 10 sessions and 'busy', waited {WAIT}s, wrote 'busy' again and 'new'"
         first = await _expire(store, 2, did + f", then expire_sessions(idle_for={IDLE}, limit=2)")
-        rest = await _expire(store, 1000, did + ", expired 2, then expired again (limit=1000)")
-        gone = first + rest
+        rest: list[list[str]] = []
+
+        async def expire_rest() -> None:
+            rest.append(await _expire(store, 1000, did + ", then 3 expire_sessions at once"))
+
+        async with anyio.create_task_group() as tasks:
+            for _ in range(3):
+                tasks.start_soon(expire_rest)
+        gone = first + [sid for ids in rest for sid in ids]
         expect(
             len(first) == 2 and sorted(gone) == sorted(idle),
-            did=did + ", then expired with limit=2 and then limit=1000",
-            expected=f"2 ids, then the other 2: {sorted(idle)} once each",
+            did=did + ", then expired with limit=2, then 3 calls at once with limit=1000",
+            expected=f"2 ids, then the other 8 across the 3 calls: {sorted(idle)} once each",
             got=f"{first!r}, then {rest!r}",
+            hint="expiry that picks its sessions, then deletes them in a second round trip "
+            "without checking it was the one that deleted each",
         )
         for sid in idle:
             await expect_exists(store, sid, False, f"expired {sid!r}, then exists({sid!r})")
@@ -129,11 +139,6 @@ async def _leased(h: Harness) -> None:
                 "the write succeeded: the expired session is back, written by a stale holder",
             )
         await store.release_lease(held)
-        await anyio.sleep(WAIT)
-        last = await _expire(store, 1000, "released 'held', waited, then expire_sessions")
-        expect(
-            last == ["held"],
-            did="released 'held', waited, then expire_sessions",
-            expected="['held']",
-            got=last,
-        )
+        did = "then released 'held' (idle all along: lease calls are not writes), expired"
+        last = await _expire(store, 1000, did)
+        expect(last == ["held"], did=did, expected="['held']", got=last)

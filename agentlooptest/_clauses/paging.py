@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
+import anyio
+
 from agentloop import SessionInfo, SessionPage, SupportsListSessions, SupportsPaging
 from agentlooptest._clause import Violation, clause, expect
 from agentlooptest._data import expect_exists
@@ -99,7 +101,8 @@ async def write_sessions(store: Any, names: list[str]) -> None:
 @clause(
     "session.paging.exactly-once",
     "page_sessions walks list_sessions' order (newest write first), every session exactly "
-    "once, while other sessions are created between the pages; session_info matches",
+    "once, while other sessions are created between the pages and meanwhile; "
+    "session_info matches",
     capability="page_sessions",
     why=LISTING,
     hint="an OFFSET cursor: a session created between pages shifts every later page by one",
@@ -132,7 +135,30 @@ async def _exactly_once(h: Harness) -> None:
             expected="every session once, the p.. ones last, newest first",
             got=whole,
         )
+        await _racing(store, want)
         await _info_matches(store, "p07")
+
+
+async def _racing(store: Any, want: list[str]) -> None:
+    """Page while another task keeps creating sessions (at most 200)."""
+    done = anyio.Event()
+
+    async def write_others() -> None:
+        for k in range(200):
+            if done.is_set():
+                return
+            await store.update_data(f"race-{k}", "{}")
+
+    got: list[SessionInfo] = []
+    did = "paged the p.. sessions 4 at a time while another task created sessions"
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(write_others)
+        try:
+            got = await page_all(store, limit=4, did=did)
+        finally:
+            done.set()
+    mine = [i for i in ids(got) if i.startswith("p")]
+    expect(mine == want, did=did, expected=f"p22 down to p00, each once: {want}", got=ids(got))
 
 
 async def _info_matches(store: Any, sid: str) -> None:

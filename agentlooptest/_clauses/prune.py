@@ -4,9 +4,11 @@ step capability: ``steps_after`` is ``all()[after:after + limit]``."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from agentloop import RunStep, SupportsAll, SupportsPrune
+from agentlooptest._cancel import Points, cancel_at, still_usable
 from agentlooptest._clause import Violation, clause, expect
 from agentlooptest._data import describe, indices, mismatch, same_steps, steps
 from agentlooptest._harness import Harness, Steps, open_steps
@@ -136,6 +138,34 @@ async def _bad_input(h: Harness) -> None:
                 did=did + ", then read 'b'",
                 expected=describe(sent),
                 got=mismatch(sent, left),
+            )
+
+
+@clause(
+    "step.prune.cancel",
+    "prune_steps cancelled at each checkpoint removed all it was asked to or nothing",
+    capability="prune_steps",
+    why=RETENTION,
+    hint="steps deleted one round trip at a time, outside one transaction",
+)
+async def _cancel(h: Harness) -> None:
+    async with open_steps(h) as s:
+        points = Points()
+        for point in points:
+            sid = f"cancel-{point}"
+            sent = steps(sid, 8)
+            await s.append_all(sent)
+            done = await cancel_at(partial(s.store.prune_steps, sid, keep_last=3), point)
+            points.finished(done)
+            got = await still_usable(f"last_n({sid!r}, 100)", partial(s.last_n, sid, 100))
+            pruned = same_steps(sent[5:], got)
+            did = f"appended 8 steps, prune_steps({sid!r}, keep_last=3) cancelled after "
+            did += f"{point} checkpoint(s)" + (" (the call returned)" if done else "")
+            expect(
+                pruned if done else pruned or same_steps(sent, got),
+                did=did + ", then last_n",
+                expected="the newest 3 steps" + ("" if done else ", or all 8"),
+                got=describe(got),
             )
 
 

@@ -443,6 +443,23 @@ class PruneEveryone(Lifecycle):
         return removed
 
 
+class PruneOneByOne(Lifecycle):
+    """prune_steps deletes the oldest steps one round trip at a time (no transaction)."""
+
+    async def prune_steps(self, session_id: str, *, keep_last: int) -> int:
+        validate_session_id(session_id)
+        _int(keep_last, "keep_last", 1)
+        await self.enter()
+        rows = self.trace.steps.get(session_id, [])
+        removed = 0
+        while len(rows) > keep_last:
+            del rows[0]
+            removed += 1
+            await anyio.lowlevel.checkpoint()
+        await self.leave()
+        return removed
+
+
 class StepsAfterOffByOne(Lifecycle):
     """steps_after skips one step too many (OFFSET after + 1)."""
 
@@ -463,6 +480,24 @@ class ExpireLeased(Lifecycle):
 
     def may_expire(self, session_id: str, now: datetime) -> bool:
         return True
+
+
+class ExpireTwice(Lifecycle):
+    """expire_sessions selects idle sessions, then deletes them in a second round trip and
+    reports all it selected, also those a concurrent call deleted meanwhile."""
+
+    async def expire_sessions(self, *, idle_for: float, limit: int = 1000) -> list[str]:
+        seconds = check_seconds(idle_for, "idle_for")
+        validate_n(limit, "limit")
+        await self.enter()
+        now = datetime.now(UTC)
+        cutoff = now - timedelta(seconds=seconds)
+        chosen = [r.session.id for r in reversed(self.order()) if self.idle(r, cutoff)][:limit]
+        await self.leave()
+        await anyio.lowlevel.checkpoint()  # the DELETE's own round trip
+        for sid in chosen:
+            self.forget(sid)
+        return chosen
 
 
 class ForkKeepsSummary(Lifecycle):
