@@ -45,7 +45,7 @@ if "pytest" in _sys.modules:  # under pytest: failing clause asserts show their 
 from agentlooptest._certify import ClauseFailed, ClauseResult, Report, certify  # noqa: E402
 from agentlooptest._clause import CAPABILITIES, Clause, Violation  # noqa: E402
 from agentlooptest._clauses import CLAUSES  # noqa: E402
-from agentlooptest._harness import Harness, memory_harness  # noqa: E402
+from agentlooptest._harness import Harness, memory_harness, memory_store_harness  # noqa: E402
 
 if _typing.TYPE_CHECKING:
     from agentlooptest._pytest import SessionStoreContract, StepStoreContract
@@ -63,6 +63,7 @@ __all__ = [
     "Violation",
     "certify",
     "memory_harness",
+    "memory_store_harness",
 ]
 
 _PYTEST_CLASSES = frozenset({"SessionStoreContract", "StepStoreContract"})

@@ -25,12 +25,19 @@ from agentloop import (
     SupportsAll,
     SupportsAppendMany,
     SupportsDeleteSession,
+    SupportsExpire,
     SupportsFinal,
+    SupportsFork,
     SupportsGetMany,
+    SupportsLabels,
     SupportsLease,
     SupportsListSessions,
+    SupportsPaging,
+    SupportsPrune,
     SupportsPut,
+    SupportsRestore,
     SupportsRevisions,
+    SupportsStepsAfter,
 )
 
 E = TypeVar("E", bound=BaseException)
@@ -50,6 +57,13 @@ CAPABILITIES: dict[str, type] = {
     "aclose": SupportsAclose,
     "combined": StepStore,
     "lease": SupportsLease,
+    "page_sessions": SupportsPaging,
+    "set_labels": SupportsLabels,
+    "prune_steps": SupportsPrune,
+    "steps_after": SupportsStepsAfter,
+    "expire_sessions": SupportsExpire,
+    "fork_session": SupportsFork,
+    "restore_session": SupportsRestore,
 }
 """Optional store capabilities, by name, and the protocol that detects each.
 
@@ -57,6 +71,8 @@ CAPABILITIES: dict[str, type] = {
 both, like the SQL stores): one session's steps, data and summary then live
 together. ``lease`` is a session store that grants session leases and fenced
 views (``acquire_lease``, ``renew_lease``, ``release_lease``, ``fenced``).
+The session lifecycle's capabilities are named after their method
+(``page_sessions`` for ``SupportsPaging``, ``prune_steps`` for ``SupportsPrune``...).
 """
 
 REOPEN = "reopen"

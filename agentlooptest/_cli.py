@@ -41,18 +41,25 @@ from agentlooptest._harness import Harness
 
 PG_DSN_VARIABLE = "AGENTLOOP_PG_DSN"
 
-BUILTIN_NAMES = ("agentloopmem", "sqlite", f"postgres (when {PG_DSN_VARIABLE} is set)")
+BUILTIN_NAMES = (
+    "agentloopmem",
+    "agentloopmem-combined",
+    "sqlite",
+    f"postgres (when {PG_DSN_VARIABLE} is set)",
+)
 """How ``--help`` names what ``agentlooptest certify`` runs when given no target."""
 
 
 def builtin_targets() -> dict[str, str]:
     """The targets ``agentlooptest certify`` runs when given none, by name.
 
-    The in-memory stores and a ``SqliteStore`` on a temporary file always; a
-    ``PostgresStore`` in a throw-away schema when ``AGENTLOOP_PG_DSN`` is set.
+    The in-memory stores (apart, and the one-object ``MemoryStore``) and a
+    ``SqliteStore`` on a temporary file always; a ``PostgresStore`` in a
+    throw-away schema when ``AGENTLOOP_PG_DSN`` is set.
     """
     targets = {
         "agentloopmem": "agentlooptest:memory_harness",
+        "agentloopmem-combined": "agentlooptest:memory_store_harness",
         "sqlite": "agentloopsql.testing:sqlite",
     }
     if os.environ.get(PG_DSN_VARIABLE):

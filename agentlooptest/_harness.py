@@ -111,6 +111,18 @@ def memory_harness() -> Harness:
     return Harness(new_step_store=_memory_steps, new_session_store=_memory_sessions)
 
 
+async def _memory_store() -> object:
+    from agentloopmem import MemoryStore
+
+    return MemoryStore()
+
+
+def memory_store_harness() -> Harness:
+    """A ``Harness`` for ``agentloopmem.MemoryStore``: one object for both protocols, so the
+    one-object clauses (forks, whole-session deletes) run too; no ``reopen``."""
+    return Harness(new_step_store=_memory_store, new_session_store=_memory_store)
+
+
 CLOSE_TIMEOUT = 30.0
 """Seconds ``aclose`` may take before the contract gives up on it."""
 

@@ -13,7 +13,18 @@ from broken.catalogue import CATALOGUE, Broken, good_harness, unusual_good_harne
 
 import agentlooptest._cancel
 import agentlooptest._clauses._machines
-from agentlooptest import CLAUSES, certify, memory_harness
+from agentlooptest import CLAUSES, certify, memory_harness, memory_store_harness
+
+LIFECYCLE = (
+    "page_sessions",
+    "set_labels",
+    "prune_steps",
+    "steps_after",
+    "expire_sessions",
+    "fork_session",
+    "restore_session",
+)
+"""The session lifecycle's capabilities, which the unusual correct stores do not have."""
 
 
 @pytest.fixture(autouse=True)
@@ -50,7 +61,8 @@ def test_every_clause_catches_a_broken_store() -> None:
 
 @pytest.mark.anyio
 async def test_agentloopmem_passes_everything() -> None:
-    """The in-memory stores pass every clause; only durability and one-object clauses skip."""
+    """The in-memory stores pass every clause; only durability and one-object clauses skip
+    (forks need one object holding steps and sessions)."""
     report = await certify(memory_harness())
     assert report.failed == (), "\n\n".join(r.message for r in report.failed)
     assert {r.id for r in report.skipped} == {
@@ -59,14 +71,28 @@ async def test_agentloopmem_passes_everything() -> None:
         "session.durable",
         "session.revision.durable",
         "session.combined.one-session",
+        "session.fork.copies",
+        "session.fork.isolation",
+        "session.fork.refused",
+        "session.fork.atomic",
     }
+    assert report.verdict.startswith("CERTIFIED")
+
+
+@pytest.mark.anyio
+async def test_agentloopmem_memory_store_passes_everything() -> None:
+    """The one-object MemoryStore passes every clause, forks included; only durability skips."""
+    report = await certify(memory_store_harness())
+    assert report.failed == (), "\n\n".join(r.message for r in report.failed)
+    assert {r.capability for r in report.skipped} == {"reopen"}
     assert report.verdict.startswith("CERTIFIED")
 
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("name", sorted(unusual_good_harnesses()))
 async def test_unusual_correct_stores_pass_everything(name: str) -> None:
-    """Correct stores built unusually pass every clause; only the lease clauses skip.
+    """Correct stores built unusually pass every clause; only the lease and lifecycle
+    clauses skip (they have neither).
 
     A foreign key with cascading delete (ensure_session before every append,
     again after a delete), reads fetched in pages from one snapshot, JSON kept
@@ -75,4 +101,4 @@ async def test_unusual_correct_stores_pass_everything(name: str) -> None:
     report = await certify(unusual_good_harnesses()[name])
     assert report.failed == (), "\n\n".join(r.message for r in report.failed)
     assert report.skipped, "these stores have no leases: the lease clauses must skip"
-    assert {r.capability for r in report.skipped} == {"lease"}
+    assert {r.capability for r in report.skipped} == {"lease", *LIFECYCLE}

@@ -51,7 +51,7 @@ def broken_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 def test_builtin_targets_follow_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """No target means agentloopmem and SQLite, plus PostgreSQL when AGENTLOOP_PG_DSN is set."""
     monkeypatch.delenv("AGENTLOOP_PG_DSN", raising=False)
-    assert list(builtin_targets()) == ["agentloopmem", "sqlite"]
+    assert list(builtin_targets()) == ["agentloopmem", "agentloopmem-combined", "sqlite"]
     monkeypatch.setenv("AGENTLOOP_PG_DSN", "postgresql://somewhere/db")
     assert builtin_targets()["postgres"] == "agentloopsql.testing:postgres"
 
@@ -64,8 +64,9 @@ def test_builtin_stores_certified(
     assert main([]) == 0
     out = capsys.readouterr().out
     assert "agentlooptest certify agentloopmem\n" in out
+    assert "agentlooptest certify agentloopmem-combined\n" in out
     assert "agentlooptest certify sqlite\n" in out
-    assert out.count("\nCERTIFIED (") == 2
+    assert out.count("\nCERTIFIED (") == 3
     for c in CLAUSES:
         assert c.id in out
     assert "conformance level: step: base + all, append_many, delete_session, aclose" in out

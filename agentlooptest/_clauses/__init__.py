@@ -12,7 +12,10 @@ table:
   ``session.combined.*`` in ``combined.py``; ``session.lease.*``,
   ``session.lease-calls.*`` and ``session.fenced.*`` in ``lease.py``;
   ``step.append-many.*`` and ``session.get-many.*`` (the batches) in
-  ``batches.py``;
+  ``batches.py``; the session lifecycle's in ``paging.py`` (``session.paging.*``),
+  ``labels.py``, ``expire.py``, ``fork.py``, ``transfer.py`` (``session.transfer.*``,
+  capability ``restore_session``) and ``prune.py`` (``step.prune.*`` and the other
+  ranged step read, ``step.steps-after.*``);
 - what both protocols have lives in one module for both: ``*.closed``
   (``aclose``) in ``closed.py``, ``*.delete.*`` (``delete_session``) in
   ``delete_session.py``, ``*.durable`` (``reopen``) in ``durable.py``,
@@ -48,15 +51,21 @@ from agentlooptest._clauses import (
     concurrency,
     delete_session,
     durable,
+    expire,
     final,
+    fork,
+    labels,
     lease,
     list_sessions,
     model_based,
+    paging,
+    prune,
     put,
     revisions,
     sessions,
     step_all,
     steps,
+    transfer,
 )
 
 FAMILIES: dict[str, ModuleType] = {
@@ -77,6 +86,8 @@ FAMILIES: dict[str, ModuleType] = {
     "step.delete": delete_session,
     "step.durable": durable,
     "step.append-many": batches,
+    "step.prune": prune,
+    "step.steps-after": prune,
     "step.model-based": model_based,
     "session.get": sessions,
     "session.write": sessions,
@@ -100,6 +111,11 @@ FAMILIES: dict[str, ModuleType] = {
     "session.lease": lease,
     "session.lease-calls": lease,
     "session.fenced": lease,
+    "session.paging": paging,
+    "session.labels": labels,
+    "session.expire": expire,
+    "session.fork": fork,
+    "session.transfer": transfer,
     "session.model-based": model_based,
 }
 """Every clause family, in the order the families run, and the module that holds it.

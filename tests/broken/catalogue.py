@@ -12,7 +12,7 @@ import attrs
 from agentloop import RunStep, Session
 from agentlooptest import Harness
 
-from . import batches, leases, sessions, steps, variations
+from . import batches, leases, lifecycle, sessions, steps, variations
 from ._good import GoodBoth, GoodForeignKey, GoodPaged, GoodSessions, GoodSteps
 
 
@@ -28,12 +28,25 @@ def _factory(cls: type) -> Callable[[], Awaitable[Any]]:
 
 
 def good_harness() -> Harness:
-    """The correct reference store (one object for both protocols, with leases) and a true
-    second handle."""
+    """The correct reference store (one object for both protocols, with leases and the
+    session lifecycle) and a true second handle."""
     return Harness(
-        new_step_store=_factory(leases.Leased),
-        new_session_store=_factory(leases.Leased),
+        new_step_store=_factory(lifecycle.Lifecycle),
+        new_session_store=_factory(lifecycle.Lifecycle),
         reopen=variations.second_handle,
+    )
+
+
+def _lifecycle(cls: type, expected: str) -> Broken:
+    doc = (cls.__doc__ or cls.__name__).strip()
+    return Broken(
+        f"lifecycle.{cls.__name__}: {doc}",
+        expected,
+        Harness(
+            new_step_store=_factory(cls),
+            new_session_store=_factory(cls),
+            reopen=variations.second_handle,
+        ),
     )
 
 
@@ -227,6 +240,28 @@ CATALOGUE: tuple[Broken, ...] = (
     _sessions(leases.ViewWithoutAppends, "session.fenced.writes"),
     _sessions(leases.BatchesUnfenced, "session.fenced.writes"),
     _sessions(leases.FenceOutsideTheWrite, "session.fenced.race"),
+    _lifecycle(lifecycle.OffsetPaging, "session.paging.exactly-once"),
+    _lifecycle(lifecycle.CreatedByUpdate, "session.paging.created-order"),
+    _lifecycle(lifecycle.CursorFromAnywhere, "session.paging.cursors"),
+    _lifecycle(lifecycle.LabelsUnchecked, "session.labels.rules"),
+    _lifecycle(lifecycle.LabelsOutOfBand, "session.labels.write"),
+    _lifecycle(lifecycle.PutClearsLabels, "session.labels.kept"),
+    _lifecycle(lifecycle.FilterAnyPair, "session.labels.filter"),
+    _lifecycle(lifecycle.PruneWrongEnd, "step.prune.keeps-newest"),
+    _lifecycle(lifecycle.PruneRenumbers, "step.prune.keeps-newest"),
+    _lifecycle(lifecycle.PruneEveryone, "step.prune.keeps-newest"),
+    _lifecycle(lifecycle.PruneZeroClears, "step.prune.bad-input"),
+    _lifecycle(lifecycle.PruneOneByOne, "step.prune.cancel"),
+    _lifecycle(lifecycle.StepsAfterOffByOne, "step.steps-after.ranges"),
+    _lifecycle(lifecycle.ExpireByCreation, "session.expire.idle-only"),
+    _lifecycle(lifecycle.ExpireTwice, "session.expire.idle-only"),
+    _lifecycle(lifecycle.ExpireLeased, "session.expire.leased"),
+    _lifecycle(lifecycle.ForkKeepsSummary, "session.fork.copies"),
+    _lifecycle(lifecycle.ForkSharesSteps, "session.fork.isolation"),
+    _lifecycle(lifecycle.ForkOverwrites, "session.fork.refused"),
+    _lifecycle(lifecycle.ForkStepByStep, "session.fork.atomic"),
+    _lifecycle(lifecycle.RestoreFreshTimes, "session.transfer.round-trip"),
+    _lifecycle(lifecycle.RestoreOverwrites, "session.transfer.restore-exists"),
 )
 """Every broken store; a test asserts each fails its expected clause."""
 
