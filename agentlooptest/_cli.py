@@ -132,7 +132,7 @@ def _one_line(exc: BaseException) -> str:
     return type(exc).__name__ + (": " + " / ".join(lines) if lines else "")
 
 
-_MARK = {"passed": "pass", "failed": "FAIL", "skipped": "skipped"}
+_MARK = {"passed": "pass", "failed": "FAIL", "skipped": "skipped", "not run": "not run"}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -259,6 +259,8 @@ class _Progress:
 def _reason(r: ClauseResult) -> str:
     if r.outcome == "skipped":
         return r.message
+    if r.outcome == "not run":
+        return r.message.splitlines()[-1].strip() if r.message else ""
     if r.outcome == "failed":
         for line in r.message.splitlines():
             if line.strip().startswith(("got:", "the store raised")):

@@ -37,9 +37,32 @@ Cleanup = Callable[[], Awaitable[None]]
 """``async () -> None``: remove what the stores opened so far left in a shared backend."""
 
 
+def is_async_callable(value: object) -> bool:
+    """Whether calling ``value`` is known to return a coroutine.
+
+    An ``async def`` function or method, a ``functools.partial`` of one, or an
+    object whose ``__call__`` is ``async def``. A class or a plain function is
+    not, even one that returns an awaitable: that cannot be told without
+    calling it.
+    """
+    if inspect.isclass(value) or not callable(value):
+        return False
+    if inspect.iscoroutinefunction(value):
+        return True
+    return inspect.iscoroutinefunction(type(value).__call__)
+
+
 def _optional_callable(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None and not callable(value):
+    if value is None or is_async_callable(value):
+        return
+    if not callable(value):
         raise TypeError(f"{attribute.name} must be an async callable or None, got {preview(value)}")
+    kind = "a class" if inspect.isclass(value) else "a plain (sync) callable"
+    raise TypeError(
+        f"{attribute.name} must be an async callable or None, got {preview(value)}: {kind}; "
+        f"write it as `async def {attribute.name}(...): ...` "
+        "(the contract awaits what it returns)"
+    )
 
 
 @attrs.frozen
@@ -71,6 +94,11 @@ class Harness:
     backend (their keys, schemas or files) so a failing or killed run leaves
     nothing. It is shielded from cancellation and bounded: it may take up to
     30 seconds. A cleanup that raises fails the clause it follows, saying so.
+
+    Every field is checked at construction: an ``async def`` function or
+    method, a ``functools.partial`` of one, or an object with an ``async def
+    __call__``. A class or a plain function (even one returning an awaitable,
+    like ``lambda: open_store()``) is refused: write an ``async def``.
 
     Raises:
         TypeError: a field is neither an async callable nor ``None``, or both
