@@ -132,7 +132,13 @@ def _one_line(exc: BaseException) -> str:
     return type(exc).__name__ + (": " + " / ".join(lines) if lines else "")
 
 
-_MARK = {"passed": "pass", "failed": "FAIL", "skipped": "skipped", "not run": "not run"}
+_MARK = {
+    "passed": "pass",
+    "failed": "FAIL",
+    "skipped": "skipped",
+    "not run": "not run",
+    "xfailed": "xfail",
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -261,6 +267,8 @@ def _reason(r: ClauseResult) -> str:
         return r.message
     if r.outcome == "not run":
         return r.message.splitlines()[-1].strip() if r.message else ""
+    if r.outcome == "xfailed":
+        return f"expected failure: {r.expected_failure}"
     if r.outcome == "failed":
         for line in r.message.splitlines():
             if line.strip().startswith(("got:", "the store raised")):
@@ -284,6 +292,10 @@ def render(name: str, report: Report, width: int = 120) -> str:
         out.append("failures:")
         for r in report.failed:
             out += ["", r.message]
+        out.append("")
+    if report.xfailed:
+        out.append("expected failures (the harness's known divergences):")
+        out += [f"  {r.id}: {r.expected_failure}" for r in report.xfailed]
         out.append("")
     out += [f"note: {note}" for note in report.notes]
     out += [f"conformance level: {report.level}", report.verdict]

@@ -10,8 +10,9 @@ harness's ``cleanup`` after each clause (:func:`run_cleanup`).
 from __future__ import annotations
 
 import asyncio
+import difflib
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -21,7 +22,14 @@ import attrs
 from agentloop import RunStep, SessionStore, StepStore, SupportsAclose
 from agentloop._shared import preview
 from agentlooptest._cancel import SpuriousCancel, spurious_cancel
-from agentlooptest._clause import CAPABILITIES, REOPEN, Clause, Violation, first_in_group
+from agentlooptest._clause import (
+    CAPABILITIES,
+    REOPEN,
+    Clause,
+    Violation,
+    first_in_group,
+    registered,
+)
 from agentlooptest._stall import Hung, StoreSpun, stall_violation, watched
 
 StoreFactory = Callable[[], Awaitable[Any]]
@@ -65,6 +73,32 @@ def _optional_callable(_: object, attribute: attrs.Attribute[Any], value: object
     )
 
 
+def _copied(value: Any) -> Any:
+    """A mapping as a dict of its own, so a later change to the caller's has no effect."""
+    return dict(value) if isinstance(value, Mapping) else value
+
+
+def _expected_failures(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, Mapping):
+        raise TypeError(
+            f"expected_failures must be a mapping of clause id -> reason, got {preview(value)}"
+        )
+    known = {c.id for c in registered()}
+    for clause_id, reason in value.items():
+        if clause_id not in known:
+            close = difflib.get_close_matches(str(clause_id), sorted(known), n=1)
+            also = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(
+                f"expected_failures names no clause of the contract: {clause_id!r}{also}; "
+                "`agentlooptest clauses` lists their ids"
+            )
+        if not isinstance(reason, str) or not reason.strip():
+            raise TypeError(
+                f"expected_failures[{clause_id!r}] must be a non-empty reason (a str), "
+                f"got {preview(reason)}"
+            )
+
+
 @attrs.frozen
 class Harness:
     """Everything the contract needs to open, prepare and reopen the stores under test.
@@ -95,14 +129,23 @@ class Harness:
     nothing. It is shielded from cancellation and bounded: it may take up to
     30 seconds. A cleanup that raises fails the clause it follows, saying so.
 
+    ``expected_failures`` maps clause ids to a reason: known divergences an
+    author certifies with while tracking them. A listed clause that fails is
+    reported as an expected failure (outcome ``"xfailed"``, its message kept,
+    the reason shown), which does not fail the report; a listed clause that
+    passes fails, "expected to fail but passed", so the list cannot go
+    stale. A listed clause that is skipped stays skipped.
+
     Every field is checked at construction: an ``async def`` function or
     method, a ``functools.partial`` of one, or an object with an ``async def
     __call__``. A class or a plain function (even one returning an awaitable,
     like ``lambda: open_store()``) is refused: write an ``async def``.
 
     Raises:
-        TypeError: a field is neither an async callable nor ``None``, or both
-            factories are ``None``.
+        TypeError: a field is neither an async callable nor ``None``, both
+            factories are ``None``, or ``expected_failures`` is not a mapping of
+            clause ids to non-empty reasons.
+        ValueError: ``expected_failures`` names a clause the contract does not have.
     """
 
     new_step_store: StoreFactory | None = attrs.field(
@@ -116,6 +159,13 @@ class Harness:
     )
     reopen: Reopen | None = attrs.field(default=None, validator=_optional_callable, kw_only=True)
     cleanup: Cleanup | None = attrs.field(default=None, validator=_optional_callable, kw_only=True)
+    expected_failures: Mapping[str, str] = attrs.field(
+        factory=dict,
+        converter=_copied,
+        validator=_expected_failures,
+        kw_only=True,
+        hash=False,
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.new_step_store is None and self.new_session_store is None:
