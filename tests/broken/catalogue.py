@@ -12,7 +12,7 @@ import attrs
 from agentloop import RunStep, Session
 from agentlooptest import Harness
 
-from . import batches, leases, sessions, steps, variations
+from . import batches, leases, sessions, steps, unusual, variations
 from ._good import GoodBoth, GoodForeignKey, GoodPaged, GoodSessions, GoodSteps
 
 
@@ -288,4 +288,14 @@ def unusual_good_harnesses() -> dict[str, Harness]:
             reopen=_same,
         ),
         "canonical-json": reserializing_harness(),
+        "never-suspends": _unusual(unusual.NeverSuspends),
+        "chunked-batches": _unusual(unusual.ChunkedBatches),
     }
+
+
+def _unusual(cls: type) -> Harness:
+    return Harness(
+        new_step_store=_factory(cls),
+        new_session_store=_factory(cls),
+        reopen=variations.second_handle,
+    )
