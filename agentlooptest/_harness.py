@@ -14,12 +14,14 @@ import difflib
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from datetime import datetime
+from functools import partial
 from typing import Any
 
 import anyio
 import attrs
 
-from agentloop import RunStep, SessionStore, StepStore, SupportsAclose
+from agentloop import RunStep, SessionStore, StepStore, SupportsAclose, SupportsLease
 from agentloop._shared import preview
 from agentlooptest._cancel import SpuriousCancel, spurious_cancel
 from agentlooptest._clause import (
@@ -43,6 +45,15 @@ Reopen = Callable[[Any], Awaitable[Any]]
 
 Cleanup = Callable[[], Awaitable[None]]
 """``async () -> None``: remove what the stores opened so far left in a shared backend."""
+
+Clock = Callable[[], datetime]
+"""A zero-argument callable returning the time, a timezone-aware ``datetime``."""
+
+ClockedFactory = Callable[[Clock], Awaitable[Any]]
+"""``async (clock) -> store``: a fresh, empty session store reading the time from ``clock``."""
+
+CLOCKED_FAMILY = "session.lease-clock"
+"""The clauses that need ``Harness.new_session_store_with_clock`` (skipped without it)."""
 
 
 def is_async_callable(value: object) -> bool:
@@ -129,6 +140,14 @@ class Harness:
     nothing. It is shielded from cancellation and bounded: it may take up to
     30 seconds. A cleanup that raises fails the clause it follows, saying so.
 
+    ``new_session_store_with_clock(clock)`` is optional, for a store that
+    accepts a clock: it returns a fresh, empty session store (with leases)
+    that reads the time only from ``clock()``, a zero-argument callable the
+    contract controls, returning an aware ``datetime``. With it the
+    ``session.lease-clock.*`` clauses check lease expiry at its exact
+    boundaries (expired at ``expires_at`` exactly, renewals counted from now);
+    without it they are skipped, saying so.
+
     ``expected_failures`` maps clause ids to a reason: known divergences an
     author certifies with while tracking them. A listed clause that fails is
     reported as an expected failure (outcome ``"xfailed"``, its message kept,
@@ -159,6 +178,9 @@ class Harness:
     )
     reopen: Reopen | None = attrs.field(default=None, validator=_optional_callable, kw_only=True)
     cleanup: Cleanup | None = attrs.field(default=None, validator=_optional_callable, kw_only=True)
+    new_session_store_with_clock: ClockedFactory | None = attrs.field(
+        default=None, validator=_optional_callable, kw_only=True
+    )
     expected_failures: Mapping[str, str] = attrs.field(
         factory=dict,
         converter=_copied,
@@ -184,9 +206,23 @@ async def _memory_sessions() -> object:
     return SessionStore()
 
 
+async def _memory_sessions_on(clock: Clock) -> object:
+    from agentloopmem import SessionStore
+
+    return SessionStore(clock)
+
+
 def memory_harness() -> Harness:
-    """A ``Harness`` for the ``agentloopmem`` stores (no ``reopen``: nothing outlives a store)."""
-    return Harness(new_step_store=_memory_steps, new_session_store=_memory_sessions)
+    """A ``Harness`` for the ``agentloopmem`` stores (no ``reopen``: nothing outlives a store).
+
+    Their sessions store takes the contract's clock too, so lease expiry is
+    checked at its exact boundaries.
+    """
+    return Harness(
+        new_step_store=_memory_steps,
+        new_session_store=_memory_sessions,
+        new_session_store_with_clock=_memory_sessions_on,
+    )
 
 
 CLOSE_TIMEOUT = 30.0
@@ -285,6 +321,26 @@ async def open_sessions(harness: Harness) -> AsyncIterator[Any]:
 
 
 @asynccontextmanager
+async def open_clocked(harness: Harness, clock: Clock) -> AsyncIterator[Any]:
+    """A fresh session store reading ``clock``, from the harness, closed on the way out."""
+    factory = harness.new_session_store_with_clock
+    if factory is None:
+        raise RuntimeError("the harness has no new_session_store_with_clock")  # callers check
+    store = await _new(partial(factory, clock), "new_session_store_with_clock", SessionStore)
+    try:
+        if not isinstance(store, SupportsLease):
+            raise Violation(
+                "called the harness's new_session_store_with_clock",
+                "a store with leases (agentloop.SupportsLease): the clock is for lease expiry",
+                f"{store!r:.200}",
+                "the lease-clock clauses check leases against the contract's clock",
+            )
+        yield store
+    finally:
+        await aclose_quietly(store)
+
+
+@asynccontextmanager
 async def reopened(harness: Harness, store: object) -> AsyncIterator[Any]:
     """A second handle onto ``store``'s backend, closed on the way out unless it is ``store``."""
     if harness.reopen is None:
@@ -356,6 +412,11 @@ def skip_reason(clause: Clause, harness: Harness, capabilities: frozenset[str]) 
         return "no new_step_store in the harness: the StepStore protocol is not certified"
     if clause.protocol == "session" and harness.new_session_store is None:
         return "no new_session_store in the harness: the SessionStore protocol is not certified"
+    if clause.id.startswith(CLOCKED_FAMILY + ".") and harness.new_session_store_with_clock is None:
+        return (
+            "no new_session_store_with_clock in the harness: lease expiry is not checked "
+            "at its exact boundaries"
+        )
     if clause.capability == REOPEN:
         if harness.reopen is None:
             return "no reopen in the harness: durability across handles is not checked"

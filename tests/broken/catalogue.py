@@ -12,7 +12,7 @@ import attrs
 from agentloop import RunStep, Session
 from agentlooptest import Harness
 
-from . import batches, leases, sessions, steps, unusual, variations
+from . import batches, clocked, leases, sessions, steps, unusual, variations
 from ._good import GoodBoth, GoodForeignKey, GoodPaged, GoodSessions, GoodSteps
 
 
@@ -34,6 +34,7 @@ def good_harness() -> Harness:
         new_step_store=_factory(leases.Leased),
         new_session_store=_factory(leases.Leased),
         reopen=variations.second_handle,
+        new_session_store_with_clock=_clocked_factory(leases.Leased),
     )
 
 
@@ -298,4 +299,32 @@ def _unusual(cls: type) -> Harness:
         new_step_store=_factory(cls),
         new_session_store=_factory(cls),
         reopen=variations.second_handle,
+        new_session_store_with_clock=_clocked_factory(cls),
     )
+
+
+def _clocked_factory(cls: type) -> Callable[[Callable[[], Any]], Awaitable[Any]]:
+    async def new(clock: Callable[[], Any]) -> Any:
+        return cls(clock)
+
+    return new
+
+
+def _clocked(cls: type, expected: str) -> Broken:
+    doc = (cls.__doc__ or cls.__name__).strip()
+    return Broken(
+        f"clocked.{cls.__name__}: {doc}",
+        expected,
+        Harness(
+            new_session_store=_factory(cls), new_session_store_with_clock=_clocked_factory(cls)
+        ),
+    )
+
+
+CATALOGUE = (
+    *CATALOGUE,
+    _clocked(clocked.LiveAtExpiresAt, "session.lease-clock.boundary"),
+    _clocked(clocked.RenewRefusesExpired, "session.lease-clock.renew-expired"),
+    _clocked(clocked.RenewFromOldExpiry, "session.lease-clock.renew-from-now"),
+    _clocked(clocked.RefusedRenewExtends, "session.lease-clock.renew-from-now"),
+)

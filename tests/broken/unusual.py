@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
+from datetime import datetime
 
 import anyio
 import anyio.lowlevel
@@ -48,8 +50,8 @@ class NeverSuspends(Leased):
     must let them run itself.
     """
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
+        super().__init__(clock)
         self.trace = _QuietSteps()
 
     async def enter(self) -> None:
