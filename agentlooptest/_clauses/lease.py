@@ -463,6 +463,42 @@ _TICK = 1
 
 
 @clause(
+    "session.lease.owner-exact",
+    "owners are compared exactly: another case, a prefix, spaces or a normalization form "
+    "is another owner",
+    capability="lease",
+    why=(
+        "owners name runs: a store that folds or cuts them lets a second run acquire the "
+        "lease a live run holds, and both write the session"
+    ),
+    hint="owners compared case-insensitively, trimmed, normalized, or by a prefix (LIKE)",
+)
+async def _owner_exact(h: Harness) -> None:
+    async with open_sessions(h) as store:
+        for k, (holder, other) in enumerate(_LOOKALIKE_OWNERS):
+            sid = f"o{k}"
+            await acquire(store, sid, holder, LONG_TTL, f"acquire_lease({sid!r}, {holder!r}, 30)")
+            got = await store.acquire_lease(sid, other, LONG_TTL)
+            expect(
+                got is None,
+                did=f"acquire_lease({sid!r}, {holder!r}, 30), then "
+                f"acquire_lease({sid!r}, {other!r}, 30)",
+                expected=f"None: {holder!r} holds a live lease and {other!r} is another owner",
+                got=got,
+            )
+
+
+_LOOKALIKE_OWNERS = (
+    ("worker-10", "worker-1"),
+    ("worker-1", "worker-10"),
+    ("Worker", "worker"),
+    ("worker ", "worker"),
+    ("caf\u00e9", "cafe\u0301"),
+)
+"""Pairs of distinct owners a store that folds, trims, normalizes or cuts would merge."""
+
+
+@clause(
     "session.lease-clock.boundary",
     "a lease is live until just before expires_at, and expired at expires_at exactly",
     capability="lease",
@@ -904,6 +940,35 @@ async def _race_once(store: Any, view: Any, sid: str, op: str, delay: int) -> No
         f"{'shows' if first_read == [True] else 'does not show'} it, a later read "
         f"{'shows' if later else 'does not show'} it",
     )
+
+
+@clause(
+    "session.fenced.by-token",
+    "a fence checks the token, not the owner: the same owner's older lease is refused too",
+    capability="lease",
+    why=(
+        "a run's owner may lease a session again (a retry, the same worker name): the older "
+        "lease's view belongs to a run that may still be writing, and must be refused"
+    ),
+    hint="the fence comparing lease.owner with the holder instead of lease.token",
+)
+async def _fenced_by_token(h: Harness) -> None:
+    async with open_sessions(h) as store:
+        owner = fresh_owner("a")
+        first = await acquire(store, "t", owner, LONG_TTL, "acquire_lease('t', a, 30)")
+        await store.release_lease(first)
+        did = "acquire_lease('t', a, 30), release_lease(<it>), acquire_lease('t', a, 30) again"
+        second = await acquire(store, "t", owner, LONG_TTL, did)
+        expect_larger(second, first, did)
+        await store.fenced(second).update_data("t", '{"by": "second"}')
+        await expect_refused(
+            f"{did}; update_data('t') through the second lease's view, then through the first's",
+            lambda: store.fenced(first).update_data("t", '{"by": "first"}'),
+            LeaseLostError,
+        )
+        await expect_data(
+            store, "t", '{"by": "second"}', f"{did}; the first view refused; get('t')"
+        )
 
 
 @clause(

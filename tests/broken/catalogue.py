@@ -12,7 +12,7 @@ import attrs
 from agentloop import RunStep, Session
 from agentlooptest import Harness
 
-from . import batches, clocked, leases, sessions, steps, unusual, variations
+from . import batches, clocked, leases, sessions, steps, unusual, variations, varied
 from ._good import GoodBoth, GoodForeignKey, GoodPaged, GoodSessions, GoodSteps
 
 
@@ -327,4 +327,16 @@ CATALOGUE = (
     _clocked(clocked.RenewRefusesExpired, "session.lease-clock.renew-expired"),
     _clocked(clocked.RenewFromOldExpiry, "session.lease-clock.renew-from-now"),
     _clocked(clocked.RefusedRenewExtends, "session.lease-clock.renew-from-now"),
+)
+
+CATALOGUE = (
+    *CATALOGUE,
+    _steps(varied.ChunkCommits, "step.append-many.cancel-long"),
+    _steps(varied.LimitOverflows, "step.window.sizes"),
+    _sessions(varied.GetManyOnePage, "session.get-many.aligned"),
+    _sessions(varied.OwnersFolded, "session.lease.owner-exact"),
+    _sessions(varied.OwnerPrefix, "session.lease.owner-exact"),
+    _sessions(varied.FenceByOwner, "session.fenced.by-token"),
+    _sessions(varied.IfSkipsChecks, "session.revision.same-rules"),
+    _sessions(varied.IfKeepsOrder, "session.revision.same-rules"),
 )
