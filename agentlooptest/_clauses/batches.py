@@ -67,6 +67,16 @@ async def _append_many_order(h: Harness) -> None:
         await _expect_trace(s, "b", [step("b", 7), step("b", 1)], did + "('b')")
         await _batch(s, steps("long", 100))
         await _expect_trace(s, "long", steps("long", 100), "append_many of 100 steps, last_n")
+        twice = [step("r", 0), step("r", 1), step("r", 1), step("r", 0)]  # a retried reply
+        await _batch(s, twice)
+        await _expect_trace(
+            s,
+            "r",
+            twice,
+            "append_many([r:0, r:1, r:1, r:0]) (identical steps repeated), then last_n('r')",
+            hint="a batch deduplicated by (session, step_index) or by value: an append is "
+            "an event, two identical ones are two",
+        )
 
 
 async def _refused_batch(s: Steps, batch: list[object], did: str) -> None:

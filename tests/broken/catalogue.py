@@ -339,4 +339,8 @@ CATALOGUE = (
     _sessions(varied.FenceByOwner, "session.fenced.by-token"),
     _sessions(varied.IfSkipsChecks, "session.revision.same-rules"),
     _sessions(varied.IfKeepsOrder, "session.revision.same-rules"),
+    _sessions(varied.PutCoalesces, "session.put.seeds-get"),
+    _steps(varied.BatchDedupes, "step.append-many.order"),
+    _steps(varied.AppendManyAfterClose, "step.closed"),
+    _sessions(varied.LeaseCallsAfterClose, "session.closed"),
 )

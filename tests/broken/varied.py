@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import unicodedata
 
+import anyio
 import anyio.lowlevel
 
 from agentloop import Lease, LeaseLostError, RunStep, Session, validate_session_id
@@ -119,3 +120,50 @@ class IfKeepsOrder(GoodSessions):
         if record is not None and seq is not None:
             record.seq = seq
         return got
+
+
+class PutCoalesces(GoodSessions):
+    """put keeps the old model, prompt or data where the new one is empty
+    (COALESCE(NULLIF(new, ''), old))."""
+
+    async def put(self, session: Session) -> None:
+        record = self.records.get(self.key(session.id)) if isinstance(session, Session) else None
+        if record is not None:
+            old = record.session
+            session = Session(
+                session.id,
+                session.model or old.model,
+                session.system_prompt or old.system_prompt,
+                session.data if session.data is not None else old.data,
+            )
+        await super().put(session)
+
+
+class BatchDedupes(GoodSteps):
+    """append_many drops a step equal to one earlier in the same batch (a retried reply)."""
+
+    async def append_many(self, steps: list[RunStep]) -> None:
+        batch = list(steps)
+        if all(isinstance(x, RunStep) for x in batch):
+            batch = list(dict.fromkeys(batch))
+        await super().append_many(batch)
+
+
+class AppendManyAfterClose(GoodSteps):
+    """append_many, added after aclose was written, never checks the closed flag."""
+
+    async def append_many(self, steps: list[RunStep]) -> None:
+        closed, self.closed = self.closed, False
+        try:
+            await super().append_many(steps)
+        finally:
+            self.closed = closed
+
+
+class LeaseCallsAfterClose(Leased):
+    """The lease calls, added after aclose was written, never check the closed flag."""
+
+    async def acquire_lease(self, session_id: str, owner: str, ttl: float) -> Lease | None:
+        self.check(session_id, owner, ttl)
+        await anyio.lowlevel.checkpoint()
+        return self.grant(session_id, owner, ttl)
