@@ -7,6 +7,7 @@ model and tool seams, and moving sessions between stores (export, import, copy).
 
 from __future__ import annotations
 
+from agentloop._backend import run_whole
 from agentloop._config import LoopConfig, RunResult
 from agentloop._errors import (
     LeaseLostError,
@@ -145,6 +146,7 @@ __all__ = [
     "export_sessions",
     "get_all",
     "import_sessions",
+    "run_whole",
     "tool",
     "validate_json",
     "validate_labels",

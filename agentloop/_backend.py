@@ -22,6 +22,10 @@ its work synchronously is a checkpoint and all-or-nothing:
 ``Task.cancel()`` under asyncio, so :func:`finish_shielded` runs such work in a
 task of its own there, and hands the caller's cancellation back afterwards, as
 trio's shield would leave it.
+
+**A client call, whole or not at all.** :func:`run_whole` is the public form
+of both rules for a store whose call awaits a client library (an asyncio
+database or Redis client): cancelled before it starts, or run to its end.
 """
 
 from __future__ import annotations
@@ -29,11 +33,15 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import sniffio
 import trio
+
+from agentloop._validate import check_seconds
+
+T = TypeVar("T")
 
 
 def on_trio() -> bool:
@@ -144,3 +152,46 @@ def _rearm(task: asyncio.Task[Any], requests: int, message: object) -> None:
     if requests > 0 and not task.done() and task.cancelling() == requests:
         task.uncancel()
         task.cancel(message)
+
+
+async def run_whole(work: Callable[[], Awaitable[T]], *, seconds: float) -> T:
+    """Await ``work()`` (one client call) so that a cancellation never cuts it in half.
+
+    For a store call that awaits a client library (``redis.asyncio``, an
+    asyncio database driver), under trio or asyncio, this keeps the store-call
+    convention the contract checks:
+
+    - a cancellation already requested, or landing at the schedule point
+      ``run_whole`` starts with, raises there: ``work`` is never called, so
+      the call did nothing;
+    - once ``work()`` started it runs to its end, whatever cancels the caller
+      meanwhile: a trio or anyio cancel scope, ``Task.cancel()`` or
+      ``asyncio.timeout()``. That cancellation is not lost, nor raised from a
+      call that did its work: it lands at the caller's next checkpoint (the
+      next suspension under asyncio, the task's ``cancelling()`` count as its
+      sources left it). A client library that swallows cancellations
+      internally (redis-py does) then has none to swallow;
+    - ``work()`` gets at most ``seconds``; past them it is cancelled
+      and ``TimeoutError`` (the builtin, on both backends) is raised. The call
+      may then have partly happened: a store reports it as unavailable
+      (``StoreUnavailableError``), as for a lost connection.
+
+    What ``work()`` raises propagates unchanged. Under asyncio ``work()`` runs
+    in a task of its own (an anyio shield does not stop ``Task.cancel()``), so
+    context variables it sets are not seen by the caller.
+
+    Raises:
+        TypeError, ValueError: ``seconds`` is not a finite number of seconds > 0.
+        TimeoutError: ``work()`` did not finish within ``seconds``.
+    """
+    check_seconds(seconds, "seconds")
+    await call_starts()
+    done: list[T] = []
+
+    async def whole() -> None:
+        done.append(await work())
+
+    if not await finish_shielded(whole, seconds):
+        raise TimeoutError(f"the call did not finish within {seconds:g}s")
+    await call_ends()
+    return done[0]

@@ -202,7 +202,9 @@ async def native_cancel_at(op: Callable[[], Awaitable[object]], point: int, did:
         else "the call raised CancelledError after undoing the request (uncancel())",
         why="a cancellation a store swallows is lost for good under asyncio: the caller's "
         "timeout or abort never happens, and an asyncio.timeout() around it never fires",
-        hint="`except CancelledError: pass` (or uncancel()) around an await in the store",
+        hint="the store, or a client library it calls (redis-py does), swallowed it: "
+        "`except CancelledError: pass` (or uncancel()) around an await; run each client "
+        "call through agentloop.run_whole, which keeps the request for after the call",
     )
     return delivered != "raised"
 
@@ -310,6 +312,7 @@ def cancel_violation(exc: BaseException) -> Violation:
         f"{who} raised CancelledError, although nothing cancelled it",
         "a caller takes CancelledError for its own cancellation: an asyncio app (and the "
         "loop) would stop the task, and no `except Exception` can report it",
-        hint="a cancellation leaked from a task or future of the store's own, or a bare "
+        hint="a cancellation leaked from a task or future of the store, or of a client "
+        "library it calls, or a bare "
         "`raise asyncio.CancelledError()`",
     )

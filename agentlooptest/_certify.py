@@ -37,7 +37,10 @@ from agentlooptest._clauses import CLAUSES
 from agentlooptest._harness import Harness, probe, run_cleanup, skip_reason
 from agentlooptest._stall import Hung, StoreSpun, stall_violation, watched
 
-Outcome = Literal["passed", "failed", "skipped"]
+Outcome = Literal["passed", "failed", "skipped", "not run", "xfailed"]
+"""``"not run"``: the clause could not run because of a failure another clause reports
+(the harness could not open a store, or the store needs the other backend).
+``"xfailed"``: the clause failed and the harness lists it in ``expected_failures``."""
 
 REPORT_VERSION = 1
 """The version of the JSON report shape; raised when a key changes meaning or goes away."""
@@ -45,7 +48,12 @@ REPORT_VERSION = 1
 
 @attrs.frozen
 class ClauseResult:
-    """How one clause fared: ``outcome`` and, unless it passed, ``message`` says why."""
+    """How one clause fared: ``outcome`` and, unless it passed, ``message`` says why.
+
+    ``"not run"`` clauses name, in ``message``, the clause whose failure says why.
+    ``expected_failure`` is the reason the harness's ``expected_failures`` gives
+    for this clause (``""`` when it is not listed).
+    """
 
     id: str
     title: str
@@ -54,6 +62,7 @@ class ClauseResult:
     outcome: Outcome
     message: str = ""
     duration: float = 0.0
+    expected_failure: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""
@@ -64,8 +73,9 @@ class ClauseResult:
 class Report:
     """The result of :func:`agentlooptest.certify`.
 
-    ``ok`` is true when no clause failed and at least one passed (skipped
-    clauses cover capabilities the store does not have). ``level`` names what was certified, e.g.
+    ``ok`` is true when no clause failed or was not run and at least one
+    passed (skipped clauses cover capabilities the store does not have).
+    ``level`` names what was certified, e.g.
     ``"step: base + all, delete_session; session: not certified"``.
     ``duration`` is in seconds. ``pattern`` is the ``-k`` selection when only
     some clauses ran: such a report never says "certified". ``notes`` are
@@ -81,8 +91,8 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        """Whether every clause that ran passed, and at least one ran."""
-        return not self.failed and bool(self.passed)
+        """Whether every clause that applies passed (none failed or was not run), and one ran."""
+        return not self.failed and not self.not_run and bool(self.passed)
 
     @property
     def passed(self) -> tuple[ClauseResult, ...]:
@@ -93,6 +103,16 @@ class Report:
     def failed(self) -> tuple[ClauseResult, ...]:
         """The clauses that failed."""
         return tuple(r for r in self.results if r.outcome == "failed")
+
+    @property
+    def xfailed(self) -> tuple[ClauseResult, ...]:
+        """The clauses that failed as the harness's ``expected_failures`` said they would."""
+        return tuple(r for r in self.results if r.outcome == "xfailed")
+
+    @property
+    def not_run(self) -> tuple[ClauseResult, ...]:
+        """The clauses a failure of another clause kept from running (that one says why)."""
+        return tuple(r for r in self.results if r.outcome == "not run")
 
     @property
     def skipped(self) -> tuple[ClauseResult, ...]:
@@ -113,14 +133,19 @@ class Report:
     @property
     def verdict(self) -> str:
         """One line: certified or not, and the counts."""
+        not_run = f"{len(self.not_run)} not run, " if self.not_run else ""
+        xfailed = f"{_failures(len(self.xfailed))}, " if self.xfailed else ""
         counts = (
-            f"{len(self.passed)} passed, {len(self.failed)} failed, "
+            f"{len(self.passed)} passed, {len(self.failed)} failed, {xfailed}{not_run}"
             f"{len(self.skipped)} skipped in {self.duration:.1f}s"
         )
-        if not self.failed and not self.passed:
+        if not self.failed and not self.passed and not self.not_run:
             return f"NOTHING CERTIFIED: every selected clause was skipped: {counts}"
         if self.ok and self.pattern:
             return f"PASSED the clauses matching {self.pattern!r} (a partial run): {counts}"
+        if self.ok and self.xfailed:
+            known = ", ".join(r.id for r in self.xfailed)
+            return f"CERTIFIED ({self.level}) with known divergences ({known}): {counts}"
         if self.ok:
             return f"CERTIFIED ({self.level}): {counts}"
         ids = ", ".join(r.id for r in self.failed[:5])
@@ -160,7 +185,7 @@ class Report:
             name=_xml_text(name),
             tests=str(len(self.results)),
             failures=str(len(self.failed)),
-            skipped=str(len(self.skipped)),
+            skipped=str(len(self.skipped) + len(self.not_run) + len(self.xfailed)),
             errors="0",
             time=f"{self.duration:.3f}",
         )
@@ -178,6 +203,15 @@ class Report:
                 failure.text = _xml_text(r.message)
             elif r.outcome == "skipped":
                 ElementTree.SubElement(case, "skipped", message=_xml_text(r.message))
+            elif r.outcome == "xfailed":  # as pytest's JUnit writes an xfail
+                reason = f"expected failure: {r.expected_failure}"
+                skipped = ElementTree.SubElement(
+                    case, "skipped", message=_xml_text(reason), type="pytest.xfail"
+                )
+                skipped.text = _xml_text(r.message)
+            elif r.outcome == "not run":  # JUnit has no such outcome; the suite still fails
+                reason = r.message.splitlines()[-1].strip() if r.message else "not run"
+                ElementTree.SubElement(case, "skipped", message=_xml_text(reason), type="not run")
         return suite
 
 
@@ -364,7 +398,8 @@ async def certify(
     Runs under trio or asyncio, whichever awaits it. A store that cannot
     run on that backend (it needs asyncio's running loop, or calls trio
     directly) fails once, with a message naming the backend to use; every
-    other clause is then failed as not run, referring to that one.
+    other clause is then ``"not run"``, referring to that one. So is every
+    clause of a protocol whose store the harness could not open, after the first.
 
     Never raises for a broken store: its failures are in the report.
     """
@@ -478,7 +513,7 @@ async def _one(clause: Clause, harness: Harness, run: _Run, clause_timeout: floa
         need, message = run.wrong
         if run.wrong_told:
             return result(
-                "failed",
+                "not run",
                 f"[{clause.id}] {clause.title}\n  not run: the store needs {need} "
                 f"({run.wrong_told} says why)",
             )
@@ -491,14 +526,41 @@ async def _one(clause: Clause, harness: Harness, run: _Run, clause_timeout: floa
         if first is None:  # told in full once, then referred to
             told[clause.protocol] = clause.id
             return result("failed", f"[{clause.id}] {clause.title}\n  {cannot}:\n{message}")
-        return result("failed", f"[{clause.id}] {clause.title}\n  {cannot} ({first} says why)")
+        return result("not run", f"[{clause.id}] {clause.title}\n  {cannot} ({first} says why)")
     reason = skip_reason(clause, harness, capabilities.get(clause.protocol, frozenset()))
     if reason is not None:
         return result("skipped", reason)
     outcome, needed = await run_clause(clause, harness, clause_timeout=clause_timeout)
     if needed is not None:
         run.wrong, run.wrong_told = (needed, outcome.message), clause.id
-    return outcome
+        return outcome
+    return as_expected(outcome, harness.expected_failures.get(clause.id))
+
+
+def _failures(count: int) -> str:
+    return f"{count} expected failure" + ("s" if count != 1 else "")
+
+
+def as_expected(result: ClauseResult, reason: str | None) -> ClauseResult:
+    """``result`` judged by the harness's ``expected_failures`` (``reason`` when listed).
+
+    A listed clause that failed is ``"xfailed"``; one that passed fails, "expected
+    to fail but passed". Other outcomes, and unlisted clauses, are unchanged.
+    """
+    if reason is None:
+        return result
+    if result.outcome == "failed":
+        return attrs.evolve(result, outcome="xfailed", expected_failure=reason)
+    if result.outcome == "passed":
+        message = (
+            f"[{result.id}] {result.title}\n"
+            f"  expected to fail but passed: the harness lists it in expected_failures "
+            f"({reason!r})\n"
+            "  why:      a known divergence that is fixed must leave the list, or the list "
+            "hides the next one; remove it from expected_failures"
+        )
+        return attrs.evolve(result, outcome="failed", message=message, expected_failure=reason)
+    return attrs.evolve(result, expected_failure=reason)
 
 
 def conformance_level(harness: Harness, results: Iterable[ClauseResult]) -> str:
@@ -518,7 +580,7 @@ def conformance_level(harness: Harness, results: Iterable[ClauseResult]) -> str:
         if not mine:
             parts.append(f"{protocol}: not checked")
             continue
-        if any(r.outcome == "failed" and r.capability is None for r in mine):
+        if any(r.outcome in ("failed", "not run") and r.capability is None for r in mine):
             parts.append(f"{protocol}: not conformant")
             continue
         held = []
@@ -526,5 +588,10 @@ def conformance_level(harness: Harness, results: Iterable[ClauseResult]) -> str:
             ran = [r for r in mine if r.capability == cap and r.outcome != "skipped"]
             if ran and all(r.outcome == "passed" for r in ran):
                 held.append(cap)
-        parts.append(f"{protocol}: base" + (f" + {', '.join(held)}" if held else " only"))
+        known = sum(r.outcome == "xfailed" for r in mine)
+        parts.append(
+            f"{protocol}: base"
+            + (f" + {', '.join(held)}" if held else " only")
+            + (f" ({_failures(known)})" if known else "")
+        )
     return "; ".join(parts)

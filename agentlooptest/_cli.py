@@ -139,7 +139,13 @@ def _one_line(exc: BaseException) -> str:
     return type(exc).__name__ + (": " + " / ".join(lines) if lines else "")
 
 
-_MARK = {"passed": "pass", "failed": "FAIL", "skipped": "skipped"}
+_MARK = {
+    "passed": "pass",
+    "failed": "FAIL",
+    "skipped": "skipped",
+    "not run": "not run",
+    "xfailed": "xfail",
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -266,6 +272,10 @@ class _Progress:
 def _reason(r: ClauseResult) -> str:
     if r.outcome == "skipped":
         return r.message
+    if r.outcome == "not run":
+        return r.message.splitlines()[-1].strip() if r.message else ""
+    if r.outcome == "xfailed":
+        return f"expected failure: {r.expected_failure}"
     if r.outcome == "failed":
         for line in r.message.splitlines():
             if line.strip().startswith(("got:", "the store raised")):
@@ -289,6 +299,10 @@ def render(name: str, report: Report, width: int = 120) -> str:
         out.append("failures:")
         for r in report.failed:
             out += ["", r.message]
+        out.append("")
+    if report.xfailed:
+        out.append("expected failures (the harness's known divergences):")
+        out += [f"  {r.id}: {r.expected_failure}" for r in report.xfailed]
         out.append("")
     out += [f"note: {note}" for note in report.notes]
     out += [f"conformance level: {report.level}", report.verdict]

@@ -10,18 +10,28 @@ harness's ``cleanup`` after each clause (:func:`run_cleanup`).
 from __future__ import annotations
 
 import asyncio
+import difflib
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from datetime import datetime
+from functools import partial
 from typing import Any
 
 import anyio
 import attrs
 
-from agentloop import RunStep, SessionStore, StepStore, SupportsAclose
+from agentloop import RunStep, SessionStore, StepStore, SupportsAclose, SupportsLease
 from agentloop._shared import preview
 from agentlooptest._cancel import SpuriousCancel, spurious_cancel
-from agentlooptest._clause import CAPABILITIES, REOPEN, Clause, Violation, first_in_group
+from agentlooptest._clause import (
+    CAPABILITIES,
+    REOPEN,
+    Clause,
+    Violation,
+    first_in_group,
+    registered,
+)
 from agentlooptest._stall import Hung, StoreSpun, stall_violation, watched
 
 StoreFactory = Callable[[], Awaitable[Any]]
@@ -36,10 +46,68 @@ Reopen = Callable[[Any], Awaitable[Any]]
 Cleanup = Callable[[], Awaitable[None]]
 """``async () -> None``: remove what the stores opened so far left in a shared backend."""
 
+Clock = Callable[[], datetime]
+"""A zero-argument callable returning the time, a timezone-aware ``datetime``."""
+
+ClockedFactory = Callable[[Clock], Awaitable[Any]]
+"""``async (clock) -> store``: a fresh, empty session store reading the time from ``clock``."""
+
+CLOCKED_FAMILY = "session.lease-clock"
+"""The clauses that need ``Harness.new_session_store_with_clock`` (skipped without it)."""
+
+
+def is_async_callable(value: object) -> bool:
+    """Whether calling ``value`` is known to return a coroutine.
+
+    An ``async def`` function or method, a ``functools.partial`` of one, or an
+    object whose ``__call__`` is ``async def``. A class or a plain function is
+    not, even one that returns an awaitable: that cannot be told without
+    calling it.
+    """
+    if inspect.isclass(value) or not callable(value):
+        return False
+    if inspect.iscoroutinefunction(value):
+        return True
+    return inspect.iscoroutinefunction(type(value).__call__)
+
 
 def _optional_callable(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None and not callable(value):
+    if value is None or is_async_callable(value):
+        return
+    if not callable(value):
         raise TypeError(f"{attribute.name} must be an async callable or None, got {preview(value)}")
+    kind = "a class" if inspect.isclass(value) else "a plain (sync) callable"
+    raise TypeError(
+        f"{attribute.name} must be an async callable or None, got {preview(value)}: {kind}; "
+        f"write it as `async def {attribute.name}(...): ...` "
+        "(the contract awaits what it returns)"
+    )
+
+
+def _copied(value: Any) -> Any:
+    """A mapping as a dict of its own, so a later change to the caller's has no effect."""
+    return dict(value) if isinstance(value, Mapping) else value
+
+
+def _expected_failures(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, Mapping):
+        raise TypeError(
+            f"expected_failures must be a mapping of clause id -> reason, got {preview(value)}"
+        )
+    known = {c.id for c in registered()}
+    for clause_id, reason in value.items():
+        if clause_id not in known:
+            close = difflib.get_close_matches(str(clause_id), sorted(known), n=1)
+            also = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(
+                f"expected_failures names no clause of the contract: {clause_id!r}{also}; "
+                "`agentlooptest clauses` lists their ids"
+            )
+        if not isinstance(reason, str) or not reason.strip():
+            raise TypeError(
+                f"expected_failures[{clause_id!r}] must be a non-empty reason (a str), "
+                f"got {preview(reason)}"
+            )
 
 
 @attrs.frozen
@@ -72,9 +140,31 @@ class Harness:
     nothing. It is shielded from cancellation and bounded: it may take up to
     30 seconds. A cleanup that raises fails the clause it follows, saying so.
 
+    ``new_session_store_with_clock(clock)`` is optional, for a store that
+    accepts a clock: it returns a fresh, empty session store (with leases)
+    that reads the time only from ``clock()``, a zero-argument callable the
+    contract controls, returning an aware ``datetime``. With it the
+    ``session.lease-clock.*`` clauses check lease expiry at its exact
+    boundaries (expired at ``expires_at`` exactly, renewals counted from now);
+    without it they are skipped, saying so.
+
+    ``expected_failures`` maps clause ids to a reason: known divergences an
+    author certifies with while tracking them. A listed clause that fails is
+    reported as an expected failure (outcome ``"xfailed"``, its message kept,
+    the reason shown), which does not fail the report; a listed clause that
+    passes fails, "expected to fail but passed", so the list cannot go
+    stale. A listed clause that is skipped stays skipped.
+
+    Every field is checked at construction: an ``async def`` function or
+    method, a ``functools.partial`` of one, or an object with an ``async def
+    __call__``. A class or a plain function (even one returning an awaitable,
+    like ``lambda: open_store()``) is refused: write an ``async def``.
+
     Raises:
-        TypeError: a field is neither an async callable nor ``None``, or both
-            factories are ``None``.
+        TypeError: a field is neither an async callable nor ``None``, both
+            factories are ``None``, or ``expected_failures`` is not a mapping of
+            clause ids to non-empty reasons.
+        ValueError: ``expected_failures`` names a clause the contract does not have.
     """
 
     new_step_store: StoreFactory | None = attrs.field(
@@ -88,6 +178,16 @@ class Harness:
     )
     reopen: Reopen | None = attrs.field(default=None, validator=_optional_callable, kw_only=True)
     cleanup: Cleanup | None = attrs.field(default=None, validator=_optional_callable, kw_only=True)
+    new_session_store_with_clock: ClockedFactory | None = attrs.field(
+        default=None, validator=_optional_callable, kw_only=True
+    )
+    expected_failures: Mapping[str, str] = attrs.field(
+        factory=dict,
+        converter=_copied,
+        validator=_expected_failures,
+        kw_only=True,
+        hash=False,
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.new_step_store is None and self.new_session_store is None:
@@ -106,9 +206,23 @@ async def _memory_sessions() -> object:
     return SessionStore()
 
 
+async def _memory_sessions_on(clock: Clock) -> object:
+    from agentloopmem import SessionStore
+
+    return SessionStore(clock)
+
+
 def memory_harness() -> Harness:
-    """A ``Harness`` for the ``agentloopmem`` stores (no ``reopen``: nothing outlives a store)."""
-    return Harness(new_step_store=_memory_steps, new_session_store=_memory_sessions)
+    """A ``Harness`` for the ``agentloopmem`` stores (no ``reopen``: nothing outlives a store).
+
+    Their sessions store takes the contract's clock too, so lease expiry is
+    checked at its exact boundaries.
+    """
+    return Harness(
+        new_step_store=_memory_steps,
+        new_session_store=_memory_sessions,
+        new_session_store_with_clock=_memory_sessions_on,
+    )
 
 
 async def _memory_store() -> object:
@@ -219,6 +333,26 @@ async def open_sessions(harness: Harness) -> AsyncIterator[Any]:
 
 
 @asynccontextmanager
+async def open_clocked(harness: Harness, clock: Clock) -> AsyncIterator[Any]:
+    """A fresh session store reading ``clock``, from the harness, closed on the way out."""
+    factory = harness.new_session_store_with_clock
+    if factory is None:
+        raise RuntimeError("the harness has no new_session_store_with_clock")  # callers check
+    store = await _new(partial(factory, clock), "new_session_store_with_clock", SessionStore)
+    try:
+        if not isinstance(store, SupportsLease):
+            raise Violation(
+                "called the harness's new_session_store_with_clock",
+                "a store with leases (agentloop.SupportsLease): the clock is for lease expiry",
+                f"{store!r:.200}",
+                "the lease-clock clauses check leases against the contract's clock",
+            )
+        yield store
+    finally:
+        await aclose_quietly(store)
+
+
+@asynccontextmanager
 async def reopened(harness: Harness, store: object) -> AsyncIterator[Any]:
     """A second handle onto ``store``'s backend, closed on the way out unless it is ``store``."""
     if harness.reopen is None:
@@ -290,6 +424,11 @@ def skip_reason(clause: Clause, harness: Harness, capabilities: frozenset[str]) 
         return "no new_step_store in the harness: the StepStore protocol is not certified"
     if clause.protocol == "session" and harness.new_session_store is None:
         return "no new_session_store in the harness: the SessionStore protocol is not certified"
+    if clause.id.startswith(CLOCKED_FAMILY + ".") and harness.new_session_store_with_clock is None:
+        return (
+            "no new_session_store_with_clock in the harness: lease expiry is not checked "
+            "at its exact boundaries"
+        )
     if clause.capability == REOPEN:
         if harness.reopen is None:
             return "no reopen in the harness: durability across handles is not checked"

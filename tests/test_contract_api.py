@@ -11,7 +11,15 @@ from xml.etree import ElementTree
 import pytest
 
 import agentlooptest
-from agentlooptest import CAPABILITIES, CLAUSES, Harness, Report, certify, memory_harness
+from agentlooptest import (
+    CAPABILITIES,
+    CLAUSES,
+    ClauseResult,
+    Harness,
+    Report,
+    certify,
+    memory_harness,
+)
 
 
 def test_all_names_exist_and_are_documented() -> None:
@@ -103,6 +111,16 @@ async def test_failure_message_names_clause_action_expectation_and_consequence()
     assert "conversation backwards" in lines[4]
 
 
+def _fails_once(results: list[ClauseResult]) -> None:
+    """The first clause fails in full; every other one is not run, referring to it."""
+    first, *rest = results
+    assert first.outcome == "failed"
+    assert rest
+    for r in rest:
+        assert r.outcome == "not run"
+        assert r.message.endswith(f"({first.id} says why)"), r.message
+
+
 def test_factory_returning_wrong_thing_fails_every_clause_of_that_protocol() -> None:
     """A factory that does not return a store fails its protocol's clauses, readably."""
     import trio
@@ -113,7 +131,7 @@ def test_factory_returning_wrong_thing_fails_every_clause_of_that_protocol() -> 
     report = trio.run(certify, Harness(new_step_store=not_a_store))
     step_results = [r for r in report.results if r.protocol == "step"]
     assert step_results
-    assert all(r.outcome == "failed" for r in step_results)
+    _fails_once(step_results)
     assert "a StepStore" in step_results[0].message
 
 
@@ -131,20 +149,55 @@ def test_factory_that_hangs_fails_within_the_clause_timeout() -> None:
     report = trio.run(run)
     step_results = [r for r in report.results if r.protocol == "step"]
     assert step_results
-    assert all(r.outcome == "failed" for r in step_results)
+    _fails_once(step_results)
     assert "a store within 0.2s" in step_results[0].message
     assert "never returned" in step_results[0].message
 
 
-def test_sync_factory_is_told_factories_are_async() -> None:
-    """A plain callable as factory fails readably: factories must be async callables."""
+def test_sync_factory_is_refused_at_construction() -> None:
+    """A class or a plain function as a field is a TypeError naming the field, at once."""
+    import functools
+
+    import agentloopmem
+
+    with pytest.raises(TypeError, match=r"^new_step_store must be an async callable.*a class"):
+        Harness(new_step_store=agentloopmem.StepStore)
+
+    def plain() -> object:
+        return agentloopmem.StepStore()
+
+    with pytest.raises(TypeError, match=r"^new_session_store must be .*a plain \(sync\) callable"):
+        Harness(new_session_store=plain)
+    with pytest.raises(TypeError, match=r"^cleanup must be an async callable"):
+        Harness(new_step_store=memory_harness().new_step_store, cleanup=plain)
+
+    async def made(kind: str) -> object:
+        return agentloopmem.StepStore()
+
+    class Factory:
+        async def __call__(self) -> object:
+            return agentloopmem.StepStore()
+
+    Harness(new_step_store=functools.partial(made, "steps"))  # both accepted
+    Harness(new_step_store=Factory())
+
+
+def test_a_factory_that_returns_no_awaitable_is_told_factories_are_async() -> None:
+    """A factory that passes for async yet returns a plain value fails readably when called."""
     import trio
 
     import agentloopmem
 
-    report = trio.run(certify, Harness(new_step_store=agentloopmem.StepStore))
+    class Lies:
+        async def __call__(self) -> object:  # pragma: no cover - replaced below
+            raise AssertionError
+
+    lies = Lies()
+    harness = Harness(new_step_store=lies)
+    object.__setattr__(harness, "new_step_store", agentloopmem.StepStore)
+    report = trio.run(certify, harness)
     step_results = [r for r in report.results if r.protocol == "step"]
-    assert all(r.outcome == "failed" for r in step_results)
+    _fails_once(step_results)
     assert "factories are zero-argument async callables" in step_results[0].message
     assert "TypeError" not in step_results[0].message
 

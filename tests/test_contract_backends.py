@@ -23,12 +23,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _told_once(report: Report, need: str) -> None:
     """The first failure names ``need`` and how to run there; every other one refers to it."""
-    first, *rest = report.failed
+    [first] = report.failed
     assert f"the store needs {need}: under " in first.message, first.message
     assert f"--backend {need}" in first.message
     assert "Traceback" not in first.message
-    assert rest, "every clause fails against a store on the wrong backend"
+    rest = report.not_run
+    assert rest, "every other clause is not run against a store on the wrong backend"
     assert report.passed == ()
+    assert not report.ok
+    assert f"{len(rest)} not run" in report.verdict
     for r in rest:
         assert (
             r.message.splitlines()[1] == f"  not run: the store needs {need} ({first.id} says why)"

@@ -96,9 +96,14 @@ async def test_unusual_correct_stores_pass_everything(name: str) -> None:
 
     A foreign key with cascading delete (ensure_session before every append,
     again after a delete), reads fetched in pages from one snapshot, JSON kept
-    re-serialized (sorted keys, compact, 1.0 as 1, like JSONB).
+    re-serialized (sorted keys, compact, 1.0 as 1, like JSONB); and, with every
+    capability and a second handle, calls that never suspend and batches
+    committed in chunks inside one transaction (``broken/unusual.py``).
     """
     report = await certify(unusual_good_harnesses()[name])
     assert report.failed == (), "\n\n".join(r.message for r in report.failed)
+    if name in ("never-suspends", "chunked-batches"):
+        assert report.skipped == ()
+        return
     assert report.skipped, "these stores have no leases: the lease clauses must skip"
     assert {r.capability for r in report.skipped} == {"lease", *LIFECYCLE}

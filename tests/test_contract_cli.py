@@ -311,5 +311,6 @@ def test_json_is_one_shape_with_report_to_dict(
         "outcome",
         "message",
         "duration",
+        "expected_failure",
     }
     capsys.readouterr()

@@ -7,7 +7,7 @@ from broken import sessions, steps
 from broken.catalogue import _factory
 
 import agentlooptest._clauses._machines
-from agentloop import FinalizeSummary
+from agentloop import FinalizeSummary, RunStep
 from agentlooptest import Harness, certify
 
 
@@ -60,3 +60,28 @@ async def test_a_failure_ends_with_the_clauses_hint() -> None:
     assert message.splitlines()[-1] == (
         "  hint:     LIMIT n in ascending order: the oldest n, not the newest"
     )
+
+
+class _TwoBugs(steps.WindowMath):
+    """WindowMath's window bug, and ``all`` failing outright on a session of 3 steps or more."""
+
+    async def all(self, session_id: str) -> list[RunStep]:
+        steps_ = await super().all(session_id)
+        if len(steps_) >= 3:
+            raise ValueError("all() cannot read past 2 steps")
+        return steps_
+
+
+async def test_two_distinct_bugs_are_two_numbered_programs() -> None:
+    """Hypothesis finds two distinct failures: each is shown as its own numbered program,
+    not as a raw ExceptionGroup traceback."""
+    report = await certify(Harness(new_step_store=_factory(_TwoBugs)), pattern="step.model-based")
+    message = report.result("step.model-based").message
+    assert "ExceptionGroup" not in message
+    assert "Traceback" not in message
+    assert "2 distinct failures" in message
+    assert "failure 1 of 2" in message
+    assert "failure 2 of 2" in message
+    assert message.count("1. append(RunStep(") == 2
+    assert "<- the first result that differs from the model" in message
+    assert "ValueError: all() cannot read past 2 steps" in message

@@ -176,4 +176,4 @@ async def test_threaded_store_passes_everything() -> None:
     """Every clause passes for a correct store whose calls hop through worker threads."""
     report = await certify(Harness(new_step_store=_new, new_session_store=_new, reopen=_same))
     assert report.failed == (), "\n\n".join(r.message for r in report.failed)
-    assert report.skipped == ()
+    assert {r.id.rpartition(".")[0] for r in report.skipped} == {"session.lease-clock"}

@@ -10,7 +10,8 @@ table:
   ``put.py``, ``session.final.*`` in ``final.py``, ``session.list.*`` in
   ``list_sessions.py``, ``session.revision.*`` in ``revisions.py``,
   ``session.combined.*`` in ``combined.py``; ``session.lease.*``,
-  ``session.lease-calls.*`` and ``session.fenced.*`` in ``lease.py``;
+  ``session.lease-clock.*``, ``session.lease-calls.*`` and ``session.fenced.*`` in
+  ``lease.py``;
   ``step.append-many.*`` and ``session.get-many.*`` (the batches) in
   ``batches.py``; the session lifecycle's in ``paging.py`` (``session.paging.*``),
   ``labels.py``, ``expire.py``, ``fork.py``, ``transfer.py`` (``session.transfer.*``,
@@ -109,6 +110,7 @@ FAMILIES: dict[str, ModuleType] = {
     "session.revision": revisions,
     "session.combined": combined,
     "session.lease": lease,
+    "session.lease-clock": lease,
     "session.lease-calls": lease,
     "session.fenced": lease,
     "session.paging": paging,

@@ -24,10 +24,12 @@ import concurrent.futures
 import json
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+import traceback
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from contextvars import ContextVar
 from datetime import datetime, timedelta
 from functools import partial
+from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import anyio
@@ -83,19 +85,39 @@ class _Program:
         self.calls: list[str] = []
         self.first_failure: float | None = None
         self.shortest: _Failure | None = None
+        self.by_error: dict[int, _Failure] = {}  # id(error) -> the program that raised it
+        self.distinct: dict[tuple[str, ...], _Failure] = {}  # the shortest of each kind
 
     def failed(self, error: Exception) -> None:
         """The running program fails with ``error`` (a divergence or the store's own)."""
         if self.first_failure is None:
             self.first_failure = time.monotonic()
+        text = numbered(self.calls, last_is_failing=isinstance(error, Diverged))
+        failure = _Failure(len(self.calls), text, error)
+        self.by_error[id(error)] = failure  # hypothesis reports the errors its replays raised
         if self.shortest is None or len(self.calls) < self.shortest.calls:
-            text = numbered(self.calls, last_is_failing=isinstance(error, Diverged))
-            self.shortest = _Failure(len(self.calls), text, error)
+            self.shortest = failure
+        kind = _kind(error)
+        known = self.distinct.get(kind)
+        if known is None or len(self.calls) < known.calls:
+            self.distinct[kind] = failure
 
     def out_of_time(self) -> bool:
         """Whether :data:`SHRINK_SECONDS` have passed since the first failing program."""
         started = self.first_failure
         return started is not None and time.monotonic() - started > SHRINK_SECONDS
+
+
+def _kind(error: Exception) -> tuple[str, ...]:
+    """What tells two failures apart: the call that diverged, or where the store raised."""
+    if isinstance(error, Diverged):
+        return ("diverged", error.call.partition("(")[0])
+    return (type(error).__name__, _where(error))
+
+
+def _where(error: BaseException) -> str:
+    frames = traceback.extract_tb(error.__traceback__)
+    return f"{Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
 
 
 _THREAD = threading.local()
@@ -530,8 +552,13 @@ def _run_in_thread(machine: type[RuleBasedStateMachine], harness: Harness) -> No
         raise
     except Diverged as exc:
         raise _diverged(exc, numbered(program.calls, last_is_failing=True)) from None
+    except ExceptionGroup as group:  # hypothesis found distinct failures: one program each
+        found = [program.by_error.get(id(e)) for e in _leaves(group)]
+        raise _distinct([f for f in found if f is not None] or program.distinct.values()) from None
     except BaseException as exc:
         shortest = program.shortest
+        if program.out_of_time() and len(program.distinct) > 1:
+            raise _distinct(program.distinct.values()) from None
         if program.out_of_time() and shortest is not None:
             _report(shortest)
         if not isinstance(exc, Exception):
@@ -557,6 +584,38 @@ def _diverged(exc: Diverged, program: str) -> Violation:
         f"{exc.call} to return what the model says: {exc.want}",
         exc.got,
     )
+
+
+def _distinct(failures: Iterable[_Failure]) -> Violation:
+    """One violation showing each distinct failure's shortest program, numbered."""
+    shown = list(failures)
+    indent = "\n              "
+    blocks = []
+    for i, failure in enumerate(shown, 1):
+        error = failure.error
+        if isinstance(error, Diverged):
+            what = f"{error.call} returned {error.got}; the model says {error.want}"
+        else:
+            at = _where(error)
+            what = f"the last call raised {type(error).__name__}: {_text(str(error))}" + (
+                f" (at {at})" if at else ""
+            )
+        block = f"failure {i} of {len(shown)}: {what}\n{failure.program}"
+        blocks.append(block.replace("\n", indent))
+    return Violation(
+        "ran random programs of calls against the store and a model side by side; "
+        f"{len(shown)} distinct failures, the shortest failing program of each, "
+        f"call by call:{indent}" + indent.join(blocks),
+        "every call to return what the model says, and none to raise",
+        f"{len(shown)} distinct failures (each program above ends at its first wrong call)",
+    )
+
+
+def _leaves(group: BaseExceptionGroup[Exception]) -> list[Exception]:
+    found: list[Exception] = []
+    for exc in group.exceptions:
+        found += _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+    return found
 
 
 def _add_program(exc: BaseException, program: str) -> None:

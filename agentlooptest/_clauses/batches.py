@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import anyio
 
@@ -66,6 +67,16 @@ async def _append_many_order(h: Harness) -> None:
         await _expect_trace(s, "b", [step("b", 7), step("b", 1)], did + "('b')")
         await _batch(s, steps("long", 100))
         await _expect_trace(s, "long", steps("long", 100), "append_many of 100 steps, last_n")
+        twice = [step("r", 0), step("r", 1), step("r", 1), step("r", 0)]  # a retried reply
+        await _batch(s, twice)
+        await _expect_trace(
+            s,
+            "r",
+            twice,
+            "append_many([r:0, r:1, r:1, r:0]) (identical steps repeated), then last_n('r')",
+            hint="a batch deduplicated by (session, step_index) or by value: an append is "
+            "an event, two identical ones are two",
+        )
 
 
 async def _refused_batch(s: Steps, batch: list[object], did: str) -> None:
@@ -140,6 +151,48 @@ async def _append_many_cancel(h: Harness) -> None:
             )
 
 
+LONG_BATCH = 1500
+"""Steps of the long batch: past the chunk sizes (64 to 1,000 rows) stores send batches in."""
+
+
+@clause(
+    "step.append-many.cancel-long",
+    f"a batch of {LONG_BATCH} steps cancelled at each checkpoint: all of it is there or none",
+    capability="append_many",
+    why=ATOMIC,
+    hint="a long batch committed chunk by chunk, a cancellation between two chunks "
+    "leaving the first ones stored (one transaction around every chunk keeps it whole)",
+)
+async def _append_many_cancel_long(h: Harness) -> None:
+    async with open_steps(h) as s:
+        points = Points(limit=40)  # a chunked store has a checkpoint per chunk
+        for point in points:
+            a, b = f"long-a-{point}", f"long-b-{point}"
+            await s.ensure(a)
+            await s.ensure(b)
+            batch = [step(a if i % 3 else b, i) for i in range(LONG_BATCH)]
+            done = await cancel_at(partial(s.store.append_many, batch), point)
+            points.finished(done)
+            got_a = await still_usable(
+                f"last_n({a!r}, {LONG_BATCH})", partial(s.last_n, a, LONG_BATCH)
+            )
+            got_b = await still_usable(
+                f"last_n({b!r}, {LONG_BATCH})", partial(s.last_n, b, LONG_BATCH)
+            )
+            whole = same_steps([x for x in batch if x.session_id == a], got_a) and same_steps(
+                [x for x in batch if x.session_id == b], got_b
+            )
+            none = got_a == [] and got_b == []
+            expect(
+                whole if done else (whole or none),
+                did=f"append_many of {LONG_BATCH} steps over 2 sessions, cancelled after "
+                f"{point} checkpoint(s), then last_n of both"
+                + (" (the call returned)" if done else ""),
+                expected=f"all {LONG_BATCH} steps" if done else f"all {LONG_BATCH} steps or none",
+                got=f"{len(got_a)} steps of {a!r} and {len(got_b)} of {b!r}",
+            )
+
+
 @clause(
     "step.append-many.durable",
     "a batch appended through one handle is all visible through a second (reopen)",
@@ -207,6 +260,38 @@ async def _get_many_aligned(h: Harness) -> None:
         )
         empty = await store.get_many([])
         expect(empty == [], did="get_many([])", expected="[]", got=empty)
+        await _get_many_past_a_page(store)
+
+
+MANY = 600
+"""Ids of the long ``get_many``: past the page sizes (100 to 500) stores read in."""
+
+
+async def _get_many_past_a_page(store: Any) -> None:
+    for k in range(0, MANY, 2):  # every other id exists, so every page has both kinds
+        await store.update_data(f"m{k}", f'{{"k": {k}}}')
+    ids = [f"m{k}" for k in reversed(range(MANY))]
+    want = [
+        Session(sid, data=f'{{"k": {sid[1:]}}}' if int(sid[1:]) % 2 == 0 else None) for sid in ids
+    ]
+    got = await store.get_many(ids)
+    expect(
+        _aligned(want, got),
+        did=f"update_data of every other id of m0..m{MANY - 1}, then get_many of all {MANY} "
+        "ids, newest first",
+        expected=f"{MANY} sessions, id by id, half with data",
+        got=f"{len(got)} sessions" + _first_wrong(want, got),
+        hint="get_many answered from one page of rows (a LIMIT, or one batch of a paged read)",
+    )
+
+
+def _first_wrong(want: list[Session], got: object) -> str:
+    if not isinstance(got, list):
+        return f": {got!r:.200}"
+    for i, (w, g) in enumerate(zip(want, got, strict=False)):
+        if not same_session(w, g):
+            return f"; [{i}] is {g!r:.200}, not {w!r:.200}"
+    return ""
 
 
 @clause(

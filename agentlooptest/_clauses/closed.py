@@ -32,6 +32,10 @@ async def _step_closed(h: Harness) -> None:
             await expect_closed("all('s')", lambda: s.store.all("s"))
         if hasattr(s.store, "delete_session"):
             await expect_closed("delete_session('s')", lambda: s.store.delete_session("s"))
+        if hasattr(s.store, "append_many"):
+            await expect_closed(
+                "append_many([<a step>])", lambda: s.store.append_many([step("s", 1)])
+            )
         try:
             await s.store.aclose()
         except Exception as exc:
@@ -54,6 +58,8 @@ async def _step_closed(h: Harness) -> None:
 async def _session_closed(h: Harness) -> None:
     async with open_sessions(h) as store:
         await seed_session(store, "s")
+        leased = hasattr(store, "acquire_lease")
+        lease = await store.acquire_lease("s", "closing-owner", 30.0) if leased else None
         await store.aclose()
         calls: list[tuple[str, Callable[[], Awaitable[object]]]] = [
             ("get('s')", partial(store.get, "s")),
@@ -66,6 +72,20 @@ async def _session_closed(h: Harness) -> None:
             ("final", "final('s')", lambda: store.final("s")),
             ("list_sessions", "list_sessions()", lambda: store.list_sessions()),
             ("delete_session", "delete_session('s')", lambda: store.delete_session("s")),
+            ("get_many", "get_many(['s'])", lambda: store.get_many(["s"])),
+            ("revision", "revision('s')", lambda: store.revision("s")),
+            (
+                "update_data_if",
+                "update_data_if('s', '{}', 1)",
+                lambda: store.update_data_if("s", "{}", 1),
+            ),
+            (
+                "acquire_lease",
+                "acquire_lease('t', ...)",
+                lambda: store.acquire_lease("t", "o", 30.0),
+            ),
+            ("renew_lease", "renew_lease(<its lease>, 30)", lambda: store.renew_lease(lease, 30.0)),
+            ("release_lease", "release_lease(<its lease>)", lambda: store.release_lease(lease)),
         ]
         calls += [(what, call) for name, what, call in optional if hasattr(store, name)]
         for what, call in calls:

@@ -4,6 +4,8 @@ By family, in run order:
 
 - ``session.lease.*``: one live lease per session (across handles too),
   growing tokens, expiry, renew and release;
+- ``session.lease-clock.*``: expiry at its exact boundaries, on a clock the
+  contract controls (``Harness.new_session_store_with_clock``; skipped without);
 - ``session.lease-calls.*``: lease calls are not session writes, check their
   input, and a cancelled one did not happen;
 - ``session.fenced.*``: writes through a lost lease's ``fenced`` view are
@@ -21,6 +23,7 @@ import itertools
 import json
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any, cast
 
@@ -41,7 +44,7 @@ from agentloop import (
 from agentlooptest._cancel import Points, cancel_at, still_usable
 from agentlooptest._clause import CAPABILITIES, Violation, clause, expect, expect_refused
 from agentlooptest._data import expect_data, expect_exists, json_equal, seed_session, step
-from agentlooptest._harness import Harness, Steps, open_sessions, reopened
+from agentlooptest._harness import Harness, Steps, open_clocked, open_sessions, reopened
 
 SHORT_TTL = 0.2
 """Seconds a lease the clauses mean to see expire is taken for."""
@@ -424,6 +427,181 @@ async def _renew_lost(h: Harness) -> None:
         )
 
 
+class _Clock:
+    """The time a clocked store reads: set by the clause, never moving by itself."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC).replace(microsecond=0)
+        self.start = self.now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def at(self, seconds: float) -> str:
+        """``t0+Ns`` for messages: ``seconds`` after the clock's start."""
+        return f"t0{seconds:+g}s"
+
+    def set(self, seconds: float, micro: int = 0) -> None:
+        """Move to ``seconds`` (and ``micro`` microseconds) after the start."""
+        self.now = self.start + timedelta(seconds=seconds, microseconds=micro)
+
+
+def _expires(lease: Lease, clock: _Clock, seconds: float, did: str) -> None:
+    want = clock.start + timedelta(seconds=seconds)
+    expect(
+        lease.expires_at == want,
+        did=did,
+        expected=f"expires_at {want.isoformat()} ({clock.at(seconds)}: the store's clock, "
+        "read at the call, plus the ttl)",
+        got=f"expires_at {lease.expires_at.isoformat()}",
+        hint="an expiry counted from the old expires_at, or from a clock other than the store's",
+    )
+
+
+_TICK = 1
+"""Microseconds before ``expires_at`` at which a lease must still be live."""
+
+
+@clause(
+    "session.lease.owner-exact",
+    "owners are compared exactly: another case, a prefix, spaces or a normalization form "
+    "is another owner",
+    capability="lease",
+    why=(
+        "owners name runs: a store that folds or cuts them lets a second run acquire the "
+        "lease a live run holds, and both write the session"
+    ),
+    hint="owners compared case-insensitively, trimmed, normalized, or by a prefix (LIKE)",
+)
+async def _owner_exact(h: Harness) -> None:
+    async with open_sessions(h) as store:
+        for k, (holder, other) in enumerate(_LOOKALIKE_OWNERS):
+            sid = f"o{k}"
+            await acquire(store, sid, holder, LONG_TTL, f"acquire_lease({sid!r}, {holder!r}, 30)")
+            got = await store.acquire_lease(sid, other, LONG_TTL)
+            expect(
+                got is None,
+                did=f"acquire_lease({sid!r}, {holder!r}, 30), then "
+                f"acquire_lease({sid!r}, {other!r}, 30)",
+                expected=f"None: {holder!r} holds a live lease and {other!r} is another owner",
+                got=got,
+            )
+
+
+_LOOKALIKE_OWNERS = (
+    ("worker-10", "worker-1"),
+    ("worker-1", "worker-10"),
+    ("Worker", "worker"),
+    ("worker ", "worker"),
+    ("caf\u00e9", "cafe\u0301"),
+)
+"""Pairs of distinct owners a store that folds, trims, normalizes or cuts would merge."""
+
+
+@clause(
+    "session.lease-clock.boundary",
+    "a lease is live until just before expires_at, and expired at expires_at exactly",
+    capability="lease",
+    why=(
+        "expires_at is the promise the holder renews by: live one microsecond less and a "
+        "takeover can cut a renewing holder off, live at expires_at and two owners hold it"
+    ),
+    hint="`now <= expires_at` instead of `now < expires_at` (or a rounded timestamp)",
+)
+async def _clock_boundary(h: Harness) -> None:
+    clock = _Clock()
+    async with open_clocked(h, clock) as store:
+        did = "at t0, acquire_lease('b', a, 10)"
+        old = await acquire(store, "b", fresh_owner("a"), 10, did)
+        _expires(old, clock, 10, did)
+        clock.set(10, -_TICK)
+        await expect_held(store, "b", f"{did}; the clock at expires_at - 1µs")
+        clock.set(10)
+        new = await expect_free(
+            store,
+            "b",
+            f"{did}; the clock at expires_at exactly",
+            "a lease whose expires_at has come is expired: another owner gets it",
+        )
+        expect_larger(new, old, f"{did}; at expires_at another owner acquired 'b'")
+
+
+@clause(
+    "session.lease-clock.renew-expired",
+    "renew by a holder whose lease expired, nobody having taken it over, succeeds, from now",
+    capability="lease",
+    why=(
+        "a lease that expired while nobody acquired it was never lost: a holder paused past "
+        "its ttl renews and carries on; refusing it aborts a run nobody displaced"
+    ),
+    hint="renew refusing any expired lease instead of only one acquired again since",
+)
+async def _clock_renew_expired(h: Harness) -> None:
+    clock = _Clock()
+    async with open_clocked(h, clock) as store:
+        owner = fresh_owner("a")
+        lease = await acquire(store, "x", owner, 10, "at t0, acquire_lease('x', a, 10)")
+        clock.set(60)
+        did = "at t0, acquire_lease('x', a, 10); at t0+60s (expired, nobody acquired it since)"
+        await store.fenced(lease).update_data("x", '{"late": 1}')
+        await expect_data(store, "x", '{"late": 1}', f"{did}, a's fenced update_data; then get")
+        renewed = await store.renew_lease(lease, 10)
+        expect(
+            isinstance(renewed, Lease) and renewed.token == lease.token,
+            did=f"{did}, renew_lease(<a's lease>, 10)",
+            expected=f"a Lease with the same token {lease.token}",
+            got=renewed,
+        )
+        _expires(renewed, clock, 70, f"{did}, renew_lease(<a's lease>, 10)")
+        clock.set(70, -_TICK)
+        await expect_held(store, "x", f"{did}, renewed for 10s; at t0+70s - 1µs")
+
+
+@clause(
+    "session.lease-clock.renew-from-now",
+    "renew and re-acquire extend from now; a refused renew leaves the new holder's expiry alone",
+    capability="lease",
+    why=(
+        "the loop renews every ttl/3 and sizes ttl to its pauses: an expiry counted from the "
+        "old one drifts, and a former holder's refused renew must not extend the new one's"
+    ),
+)
+async def _clock_renew_from_now(h: Harness) -> None:
+    clock = _Clock()
+    async with open_clocked(h, clock) as store:
+        a = fresh_owner("a")
+        lease = await acquire(store, "w", a, 10, "at t0, acquire_lease('w', a, 10)")
+        clock.set(5)
+        did = "at t0, acquire_lease('w', a, 10); at t0+5s renew_lease(<it>, 10)"
+        _expires(await store.renew_lease(lease, 10), clock, 15, did)
+        clock.set(7)
+        did = (
+            "at t0, acquire_lease('w', a, 10), renewed at t0+5s; at t0+7s acquire_lease('w', a, 2)"
+        )
+        again = expect_lease(await store.acquire_lease("w", a, 2), "w", a, did)
+        expect(again.token == lease.token, did=did, expected=f"token {lease.token}", got=again)
+        _expires(again, clock, 9, did)
+        clock.set(9)
+        did = "a's lease of 'w' expired at t0+9s; at t0+9s"
+        new = await expect_free(store, "w", did, "an expired lease is free")
+        _expires(new, clock, 9 + LONG_TTL, f"{did}, another owner acquired it for {LONG_TTL:g}s")
+        clock.set(12)
+        await expect_refused(
+            f"{did}, another owner acquired it; at t0+12s renew_lease(<a's lease>, 1000)",
+            lambda: store.renew_lease(lease, 1000),
+            LeaseLostError,
+        )
+        clock.set(9 + LONG_TTL)
+        await expect_free(
+            store,
+            "w",
+            f"{did}, another owner acquired it for {LONG_TTL:g}s, a's renew was refused; at "
+            f"the new lease's expires_at (t0+{9 + LONG_TTL:g}s)",
+            "a refused renew must change nothing: the new holder's lease expires when its "
+            "own acquire or renew said",
+        )
+
+
 @clause(
     "session.lease-calls.not-a-write",
     "lease calls create no session and move no revision, updated_at or list_sessions order",
@@ -762,6 +940,35 @@ async def _race_once(store: Any, view: Any, sid: str, op: str, delay: int) -> No
         f"{'shows' if first_read == [True] else 'does not show'} it, a later read "
         f"{'shows' if later else 'does not show'} it",
     )
+
+
+@clause(
+    "session.fenced.by-token",
+    "a fence checks the token, not the owner: the same owner's older lease is refused too",
+    capability="lease",
+    why=(
+        "a run's owner may lease a session again (a retry, the same worker name): the older "
+        "lease's view belongs to a run that may still be writing, and must be refused"
+    ),
+    hint="the fence comparing lease.owner with the holder instead of lease.token",
+)
+async def _fenced_by_token(h: Harness) -> None:
+    async with open_sessions(h) as store:
+        owner = fresh_owner("a")
+        first = await acquire(store, "t", owner, LONG_TTL, "acquire_lease('t', a, 30)")
+        await store.release_lease(first)
+        did = "acquire_lease('t', a, 30), release_lease(<it>), acquire_lease('t', a, 30) again"
+        second = await acquire(store, "t", owner, LONG_TTL, did)
+        expect_larger(second, first, did)
+        await store.fenced(second).update_data("t", '{"by": "second"}')
+        await expect_refused(
+            f"{did}; update_data('t') through the second lease's view, then through the first's",
+            lambda: store.fenced(first).update_data("t", '{"by": "first"}'),
+            LeaseLostError,
+        )
+        await expect_data(
+            store, "t", '{"by": "second"}', f"{did}; the first view refused; get('t')"
+        )
 
 
 @clause(

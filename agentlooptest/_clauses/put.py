@@ -57,6 +57,17 @@ async def _put(h: Harness) -> None:
             expected=repr(replaced),
             got=got,
         )
+        emptied = Session("a", "", "", None)
+        await store.put(emptied)
+        got = await store.get("a")
+        expect(
+            same_session(emptied, got),
+            did="put(Session('a', 'model-b', 'Another prompt.')), then put(Session('a', '', '', "
+            "None)), then get('a')",
+            expected=f"{emptied!r}: empty fields are values, put replaces them too",
+            got=got,
+            hint="put writing COALESCE(NULLIF(new, ''), old): an empty field keeps the old one",
+        )
 
 
 @clause(

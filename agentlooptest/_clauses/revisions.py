@@ -104,6 +104,45 @@ async def _conflict_clause(h: Harness) -> None:
         await expect_exists(store, "unknown", False, did + ", then exists('unknown')")
 
 
+@clause(
+    "session.revision.same-rules",
+    "update_data_if checks what update_data checks, and moves the session up the listing",
+    capability="revisions",
+    why=(
+        "update_data_if is update_data with a guard: a text update_data refuses must not "
+        "be stored by it, and its write is a write like any other for list_sessions"
+    ),
+    hint="update_data_if written apart from update_data: its own SQL, without the checks "
+    "or the updated_at of the other",
+)
+async def _same_rules(h: Harness) -> None:
+    async with open_sessions(h) as store:
+        await store.update_data("r", '{"v": 1}')
+        base = await store.revision("r")
+        for bad in ("{not json", "", '{"a": NaN}', '"\ud800"', "[1,]"):
+            did = f"update_data('r', {bad!r}) is refused; update_data_if('r', {bad!r}, {base})"
+            try:
+                await store.update_data_if("r", bad, base)
+            except (TypeError, ValueError):
+                pass
+            else:
+                raise Violation(
+                    did, "ValueError, as update_data raises, nothing stored", "no error"
+                )
+            await expect_data(store, "r", '{"v": 1}', did + ", then get('r')")
+        if not hasattr(store, "list_sessions"):
+            return
+        await store.update_data("other", "[]")
+        await store.update_data_if("r", '{"v": 2}', base)
+        rows = await store.list_sessions(limit=10)
+        expect(
+            [i.id for i in rows][:2] == ["r", "other"],
+            did="update_data('r'), update_data('other'), update_data_if('r'), then list_sessions",
+            expected="['r', 'other', ...]: update_data_if is the newest write",
+            got=[i.id for i in rows],
+        )
+
+
 async def _contend(store: Any, snapshot: str, base: int, wins: list[str], lost: list[str]) -> None:
     try:
         await store.update_data_if("w", snapshot, base)

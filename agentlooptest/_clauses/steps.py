@@ -201,14 +201,16 @@ async def _newest_n(h: Harness) -> None:
 
 @clause(
     "step.window.sizes",
-    "last_n with n = 1, n = count and n > count",
+    "last_n with n = 1, n = count, n > count and n past a 64-bit LIMIT (2**63 and up)",
     why=REPLAY,
 )
 async def _sizes(h: Harness) -> None:
     async with open_steps(h) as s:
         sent = steps("s", 7)
         await s.append_all(sent)
-        for n, want in ((1, sent[-1:]), (7, sent), (8, sent), (1000, sent), (2**31 - 1, sent)):
+        sizes = [(1, sent[-1:]), (7, sent), (8, sent), (1000, sent), (2**31 - 1, sent)]
+        sizes += [(2**63 - 1, sent), (2**63, sent), (2**64 + 1, sent)]  # past a 64-bit LIMIT
+        for n, want in sizes:
             got = await s.last_n("s", n)
             expect(
                 same_steps(want, got),

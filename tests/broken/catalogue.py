@@ -12,7 +12,7 @@ import attrs
 from agentloop import RunStep, Session
 from agentlooptest import Harness
 
-from . import batches, leases, lifecycle, sessions, steps, variations
+from . import batches, clocked, leases, lifecycle, sessions, steps, unusual, variations, varied
 from ._good import GoodBoth, GoodForeignKey, GoodPaged, GoodSessions, GoodSteps
 
 
@@ -34,6 +34,7 @@ def good_harness() -> Harness:
         new_step_store=_factory(lifecycle.Lifecycle),
         new_session_store=_factory(lifecycle.Lifecycle),
         reopen=variations.second_handle,
+        new_session_store_with_clock=_clocked_factory(leases.Leased),
     )
 
 
@@ -323,4 +324,58 @@ def unusual_good_harnesses() -> dict[str, Harness]:
             reopen=_same,
         ),
         "canonical-json": reserializing_harness(),
+        "never-suspends": _unusual(unusual.NeverSuspends),
+        "chunked-batches": _unusual(unusual.ChunkedBatches),
     }
+
+
+def _unusual(cls: type) -> Harness:
+    return Harness(
+        new_step_store=_factory(cls),
+        new_session_store=_factory(cls),
+        reopen=variations.second_handle,
+        new_session_store_with_clock=_clocked_factory(cls),
+    )
+
+
+def _clocked_factory(cls: type) -> Callable[[Callable[[], Any]], Awaitable[Any]]:
+    async def new(clock: Callable[[], Any]) -> Any:
+        return cls(clock)
+
+    return new
+
+
+def _clocked(cls: type, expected: str) -> Broken:
+    doc = (cls.__doc__ or cls.__name__).strip()
+    return Broken(
+        f"clocked.{cls.__name__}: {doc}",
+        expected,
+        Harness(
+            new_session_store=_factory(cls), new_session_store_with_clock=_clocked_factory(cls)
+        ),
+    )
+
+
+CATALOGUE = (
+    *CATALOGUE,
+    _clocked(clocked.LiveAtExpiresAt, "session.lease-clock.boundary"),
+    _clocked(clocked.RenewRefusesExpired, "session.lease-clock.renew-expired"),
+    _clocked(clocked.RenewFromOldExpiry, "session.lease-clock.renew-from-now"),
+    _clocked(clocked.RefusedRenewExtends, "session.lease-clock.renew-from-now"),
+)
+
+CATALOGUE = (
+    *CATALOGUE,
+    _steps(varied.ChunkCommits, "step.append-many.cancel-long"),
+    _steps(varied.LimitOverflows, "step.window.sizes"),
+    _sessions(varied.GetManyOnePage, "session.get-many.aligned"),
+    _sessions(varied.OwnersFolded, "session.lease.owner-exact"),
+    _sessions(varied.OwnerPrefix, "session.lease.owner-exact"),
+    _sessions(varied.FenceByOwner, "session.fenced.by-token"),
+    _sessions(varied.IfSkipsChecks, "session.revision.same-rules"),
+    _sessions(varied.IfKeepsOrder, "session.revision.same-rules"),
+    _sessions(varied.PutCoalesces, "session.put.seeds-get"),
+    _steps(varied.BatchDedupes, "step.append-many.order"),
+    _steps(varied.AppendManyAfterClose, "step.closed"),
+    _sessions(varied.LeaseCallsAfterClose, "session.closed"),
+)

@@ -8,6 +8,7 @@ store changes one of them the way a real store gets it wrong.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,6 +19,10 @@ from agentloop import Lease, LeaseLostError, RunStep, Session, validate_session_
 from agentloop._shared import check_seconds, validate_owner
 
 from ._good import GoodBoth, unused
+
+
+def _wall_clock() -> datetime:
+    return datetime.now(UTC)
 
 
 @attrs.define
@@ -94,9 +99,14 @@ class Fenced:
 class Leased(GoodBoth):
     """A correct store with every capability, session leases and fenced views included."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
         super().__init__()
         self.leases: dict[str, _Held] = {}
+        self.clock = clock or _wall_clock
+
+    def now(self) -> datetime:
+        """The time leases are judged by: the clock given, else the wall clock."""
+        return self.clock()
 
     def live(self, held: _Held, now: datetime) -> bool:
         """Whether ``held`` still blocks other owners."""
@@ -108,7 +118,7 @@ class Leased(GoodBoth):
 
     def grant(self, session_id: str, owner: str, ttl: float) -> Lease | None:
         """The lease-table half of ``acquire_lease`` (no checkpoint inside)."""
-        now = datetime.now(UTC)
+        now = self.now()
         held = self.leases.get(session_id)
         if held is not None and self.live(held, now):
             if held.owner != owner:
@@ -147,7 +157,7 @@ class Leased(GoodBoth):
         held = self.fence(lease)
         if held.released:
             raise LeaseLostError(f"lease {lease.token} of {lease.session_id!r} was released")
-        held.expires_at = datetime.now(UTC) + timedelta(seconds=ttl)
+        held.expires_at = self.now() + timedelta(seconds=ttl)
         await self.leave()
         return attrs.evolve(lease, expires_at=held.expires_at)
 

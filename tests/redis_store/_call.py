@@ -1,36 +1,30 @@
 """How every public call of the Redis stores runs under asyncio: cancelled before, or whole.
 
-A store call does its checks, then reaches :func:`run_call`, which
-
-1. yields once (``asyncio.sleep(0)``): a cancellation of any source lands
-   here, *before* anything is sent, so a call cancelled there did nothing;
-2. checks the store is open;
-3. runs the Redis round trip to completion in its own task, shielded twice:
-   from anyio cancel scopes (``anyio.CancelScope(shield=True)``, which
-   re-delivers the scope's cancellation at the caller's next checkpoint) and
-   from native cancellation (``Task.cancel()``, ``asyncio.timeout()``:
-   ``asyncio.shield``; a swallowed request is re-armed with ``uncancel()`` +
-   ``cancel()``, so the task's cancel count is unchanged and the request
-   lands at its next suspension).
-
-So a call that returns has wholly happened, a call that raises the
-cancellation did nothing, and no command is ever left half-read on a pooled
-connection. Every round trip is bounded by the client's socket timeout.
+A store call does its checks, then reaches :func:`run_call`, which hands the
+Redis round trip to :func:`agentloop.run_whole`: a cancellation of any
+source lands at its first schedule point, *before* anything is sent (the
+call did nothing); once sent, the round trip runs to its end and the
+cancellation lands at the caller's next suspension. So a call that returns
+has wholly happened, a call that raises the cancellation did nothing, and no
+command is ever left half-read on a pooled connection (redis-py swallows a
+cancellation that lands mid-read). Every round trip is bounded by the
+client's socket timeout, and by :data:`CALL_TIMEOUT` whatever it does.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import anyio
 import redis.exceptions
 import trio
 
-from agentloop import StoreClosedError, StoreUnavailableError
+from agentloop import StoreClosedError, StoreUnavailableError, run_whole
 
 T = TypeVar("T")
+
+CALL_TIMEOUT = 30.0
+"""Seconds one call may take in all (a wait for a pooled connection, then the round trip)."""
 
 
 def check_backend(what: str) -> None:
@@ -46,32 +40,13 @@ async def run_call(closed: Callable[[], bool], what: str, work: Callable[[], Awa
         StoreClosedError: ``closed()`` was true at the start; nothing was sent.
         StoreUnavailableError: Redis could not be reached or timed out.
     """
-    await asyncio.sleep(0)
-    if closed():
-        raise StoreClosedError(f"{what} is closed")
+
+    async def unless_closed() -> T:
+        if closed():
+            raise StoreClosedError(f"{what} is closed")
+        return await work()
+
     try:
-        with anyio.CancelScope(shield=True):  # never cancelled itself: swallows nothing
-            result = await _to_completion(work)
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        return await run_whole(unless_closed, seconds=CALL_TIMEOUT)
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, TimeoutError) as exc:
         raise StoreUnavailableError(f"{what}: Redis unavailable: {exc}", exc) from exc
-    return result
-
-
-async def _to_completion(work: Callable[[], Awaitable[T]]) -> T:
-    inner = asyncio.ensure_future(work())
-    swallowed = False
-    try:
-        while True:
-            try:
-                return await asyncio.shield(inner)
-            except asyncio.CancelledError:
-                if inner.cancelled():  # the loop itself is shutting down
-                    swallowed = False
-                    raise
-                swallowed = True
-    finally:
-        if swallowed:
-            me = asyncio.current_task()
-            assert me is not None
-            me.uncancel()
-            me.cancel()
