@@ -13,6 +13,7 @@ psycopg is imported lazily: ``import agentloopsql`` works without it, and
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import traceback
@@ -116,6 +117,7 @@ class PostgresStore(SqlStore["Conn"]):
         super().__init__(workers, ops)
         self._pool = pool
         self._schema = schema
+        self._watch_leak(f"PostgresStore schema={schema!r}", partial(_close_quietly, pool))
 
     @classmethod
     async def open(
@@ -189,7 +191,7 @@ class PostgresStore(SqlStore["Conn"]):
 
         **Cancellation handling**: shielded; once called, the store ends closed.
         """
-        self._closed = True
+        self._closing()
         await self._workers.close()  # every call under way finishes first
         await to_thread_shielded(self._pool.close)
 
@@ -430,6 +432,12 @@ def _try_connect(dsn: str, kwargs: dict[str, Any]) -> None:
         psycopg.connect(dsn, **kwargs).close()
     except psycopg.Error as exc:
         raise connect_error(exc) from exc
+
+
+def _close_quietly(pool: psycopg_pool.ConnectionPool[Any]) -> None:
+    """Close ``pool`` from the thread that released a collected store's workers."""
+    with contextlib.suppress(Exception):  # nobody is left to report to
+        pool.close(timeout=DEFAULT_CONNECT_TIMEOUT + 1.0)
 
 
 def close_pool(pool: psycopg_pool.ConnectionPool[Any], kwargs: dict[str, Any]) -> None:

@@ -23,6 +23,8 @@ above it.
 from __future__ import annotations
 
 import random
+import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from types import TracebackType
@@ -78,6 +80,16 @@ _keys = random.Random()
 def new_key() -> int:
     """A random 63-bit key: after a lost connection, it tells whether a write landed."""
     return _keys.getrandbits(63)
+
+
+def _collected_unclosed(workers: Workers[Any], what: str, release: Callable[[], object]) -> None:
+    """A store was collected without ``aclose``: end its threads, then warn (as a file does)."""
+    workers.abandon(release)
+    warnings.warn(
+        f"unclosed {what}: call aclose() (or use 'async with'); its threads were released",
+        ResourceWarning,
+        stacklevel=2,
+    )
 
 
 class Grant(NamedTuple):
@@ -175,6 +187,22 @@ class SqlStore(Generic[ConnT]):
         self._workers = workers
         self._ops = ops
         self._closed = False
+        self._leak: weakref.finalize[Any, Any] | None = None
+
+    def _watch_leak(self, what: str, release: Callable[[], object]) -> None:
+        """When this store is collected unclosed: release its threads, warn like a file.
+
+        ``what`` describes the store in the ``ResourceWarning``; ``release``
+        frees what the workers used (a pool, a connection) once they ended.
+        Neither may refer to the store (it would never be collected).
+        """
+        self._leak = weakref.finalize(self, _collected_unclosed, self._workers, what, release)
+
+    def _closing(self) -> None:
+        """Mark the store closed: later calls raise, the collection watch ends."""
+        self._closed = True
+        if self._leak is not None:
+            self._leak.detach()
 
     def _check_open(self) -> None:
         if self._closed:
