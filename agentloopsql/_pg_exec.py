@@ -28,8 +28,9 @@ happened; one that completed anyway is reported as done. The connection is
 then closed, not returned to the pool, so a late cancel request cannot hit a
 later statement.
 
-**What an error means**: only a lost connection, a timeout or a server going
-away is ``StoreUnavailableError`` (retrying may succeed). Everything the
+**What an error means**: only a lost connection, a timeout, a server going
+away or a server that is read-only for now (SQLSTATE 25006: a standby, or a
+primary demoted by a failover) is ``StoreUnavailableError`` (retrying may succeed). Everything the
 server refuses for a reason of its own (a value its type cannot hold, a
 constraint, a size limit such as the btree index row limit, a missing
 privilege, a trigger) is a plain ``StoreError``: retrying the same call can
@@ -92,6 +93,9 @@ _TRANSIENT_CODES = {
     "55P03": "a lock was not available within lock_timeout",
     "55006": "an object is in use by another session",
     "57014": "the server cancelled the statement (statement_timeout or an administrator)",
+    # A standby, or a primary demoted by a failover: the same call succeeds
+    # once the DSN leads to a primary again (target_session_attrs=read-write).
+    "25006": "the server is read-only now (a standby or a demoted primary)",
 }
 _PERMANENT_CODES = {"57P04": "the database was dropped"}
 

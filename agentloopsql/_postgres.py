@@ -159,7 +159,8 @@ class PostgresStore(SqlStore["Conn"]):
                 or a migration the server refused (e.g. no ``CREATE`` privilege).
                 The driver's exception is the ``__cause__``.
             StoreUnavailableError: the server could not be reached, did not answer
-                within ``connect_timeout``, had no free connection ("too many
+                within ``connect_timeout``, was read-only while the schema needed
+                creating or migrating (a standby: SQLSTATE 25006), had no free connection ("too many
                 clients"), or the pool did not fill within ``pool_timeout``;
                 ``cause`` is the driver's exception.
 
@@ -363,6 +364,12 @@ def _prepare(conn: Conn, schema: str | None, statement_ms: int | None) -> tuple[
             f"PostgreSQL failed while opening the store: {exc}", exc
         ) from exc
     except psycopg.Error as exc:
+        if exc.sqlstate == "25006":  # a standby or a demoted primary: may pass
+            raise StoreUnavailableError(
+                f"PostgreSQL is read-only now (a standby or a demoted primary), so the "
+                f"store's schema cannot be created or migrated: {exc}",
+                exc,
+            ) from exc
         error = StoreError(f"PostgreSQL refused to create or migrate the store's schema: {exc}")
         raise error from exc
 
