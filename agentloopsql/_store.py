@@ -178,6 +178,11 @@ class SqlStore(Generic[ConnT]):
     be lost mid-call; they carry a random key so a retry never applies them
     twice. The other writes are idempotent and may simply be retried.
 
+    **Closing**: close a store with ``aclose`` (or ``async with``). One
+    collected without it gives a ``ResourceWarning``, as an unclosed file
+    does, and its worker threads still end (after the calls already queued)
+    and release its connections.
+
     **Leases**: each lease call is one transaction (an idempotent write:
     repeating one after a lost connection gives the same outcome, the holder
     re-acquiring keeps its token); see :meth:`fenced` for fenced writes.
