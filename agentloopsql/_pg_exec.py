@@ -28,8 +28,9 @@ happened; one that completed anyway is reported as done. The connection is
 then closed, not returned to the pool, so a late cancel request cannot hit a
 later statement.
 
-**What an error means**: only a lost connection, a timeout or a server going
-away is ``StoreUnavailableError`` (retrying may succeed). Everything the
+**What an error means**: only a lost connection, a timeout, a server going
+away or a server that is read-only for now (SQLSTATE 25006: a standby, or a
+primary demoted by a failover) is ``StoreUnavailableError`` (retrying may succeed). Everything the
 server refuses for a reason of its own (a value its type cannot hold, a
 constraint, a size limit such as the btree index row limit, a missing
 privilege, a trigger) is a plain ``StoreError``: retrying the same call can
@@ -50,7 +51,7 @@ import threading
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import outcome
 import psycopg
@@ -91,7 +92,11 @@ _TRANSIENT_CLASSES = {
 _TRANSIENT_CODES = {
     "55P03": "a lock was not available within lock_timeout",
     "55006": "an object is in use by another session",
-    "57014": "the server cancelled the statement (statement_timeout or an administrator)",
+    "57014": "the server cancelled the statement (statement_timeout, wait_timeout or an "
+    "administrator)",
+    # A standby, or a primary demoted by a failover: the same call succeeds
+    # once the DSN leads to a primary again (target_session_attrs=read-write).
+    "25006": "the server is read-only now (a standby or a demoted primary)",
 }
 _PERMANENT_CODES = {"57P04": "the database was dropped"}
 
@@ -227,6 +232,162 @@ def cancel_of(conn: Conn) -> Callable[[], object]:
     return partial(safe, timeout=2.0) if safe is not None else conn.cancel
 
 
+# -- a bound on the wait for the server, and a commit cut short -------------------
+
+
+class WaitWatch:
+    """Asks the server to cancel any statement running past ``limit`` seconds.
+
+    One thread for the store, asleep unless a statement runs. ``statement_timeout``
+    cannot do this: PostgreSQL turns it off before a commit waits for the
+    synchronous standbys. A cancel that lands during that wait makes the server
+    commit locally and say so (see :class:`ReplicationCheck`); one that lands
+    earlier rolls the statement back (``QueryCanceled``).
+    """
+
+    def __init__(self, limit: float, name: str) -> None:
+        self.limit = limit
+        self._cond = threading.Condition()
+        self._live: dict[int, list[Any]] = {}  # id(conn) -> [deadline, conn, fired]
+        self._closed = False
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._thread.start()
+
+    def start(self, conn: Conn) -> None:
+        with self._cond:
+            idle = not self._live
+            self._live[id(conn)] = [time.monotonic() + self.limit, conn, False]
+            if idle:  # otherwise the thread wakes by an earlier deadline anyway
+                self._cond.notify()
+
+    def stop(self, conn: Conn) -> bool:
+        """End the watch of ``conn``'s statement; whether a cancel was sent for it."""
+        with self._cond:
+            entry = self._live.pop(id(conn), None)
+        return entry is not None and bool(entry[2])
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
+    def _main(self) -> None:
+        while (due := self._next_due()) is not None:
+            for conn in due:
+                with contextlib.suppress(Exception):  # best effort; repeated until stopped
+                    cancel_of(conn)()
+
+    def _next_due(self) -> list[Conn] | None:
+        """The connections whose statements are past their deadline (waits for one); ``None``
+        once closed."""
+        with self._cond:
+            while not self._closed:
+                now = time.monotonic()
+                due = [entry for entry in self._live.values() if entry[0] <= now]
+                if due:
+                    for entry in due:
+                        entry[0], entry[2] = now + CANCEL_EVERY, True
+                    return [entry[1] for entry in due]
+                soonest = min((entry[0] for entry in self._live.values()), default=None)
+                self._cond.wait(None if soonest is None else soonest - now)
+        return None
+
+
+class ReplicationCheck:
+    """Sees the server's warning that a commit's wait for synchronous standbys was cut short.
+
+    PostgreSQL then has committed the transaction locally but cannot say
+    whether any standby has it (``"canceling wait for synchronous replication
+    ... The transaction has already committed locally, but might not have been
+    replicated to the standby"``). Installed with psycopg's public
+    ``add_notice_handler`` for one statement.
+    """
+
+    __slots__ = ("said",)
+
+    def __init__(self) -> None:
+        self.said: str | None = None
+
+    def __call__(self, diag: psycopg.errors.Diagnostic) -> None:
+        primary = diag.message_primary or ""
+        if "synchronous replication" in primary and "committed locally" in (
+            diag.message_detail or ""
+        ):
+            self.said = _trim(primary)
+
+
+def not_replicated(op: str, said: str, cause: BaseException | None) -> StoreUnavailableError:
+    """The error of a write committed locally whose wait for the standbys was cut short."""
+    return StoreUnavailableError(
+        f"PostgreSQL committed {op} locally, but its wait for the synchronous standby was cut "
+        f"short ({said}): the write may not be replicated and could be lost in a failover; "
+        "the outcome is unknown",
+        cause,
+    )
+
+
+# -- reconnecting --------------------------------------------------------------------
+
+# Fragments of libpq's and the server's messages for connection failures retrying
+# cannot fix (the same list decides it at open).
+PERMANENT_CONNECT = (
+    "password authentication failed",
+    "no password supplied",
+    "authentication failed",
+    "no pg_hba.conf entry",
+    "does not exist",  # database "x" / role "x"
+    "permission denied for database",
+    "not permitted to log in",
+)
+
+
+class Reconnects:
+    """When the store's pool reconnects: every ``interval`` seconds once ``armed``, until
+    ``stopped``."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.armed = threading.Event()  # set once the store is open
+        self.stopped = threading.Event()  # set when the store closes
+
+    def connection_class(self) -> type[Conn]:
+        """The connection class the store's pool makes its connections with.
+
+        Its ``connect`` retries a failed attempt every ``interval`` seconds (each
+        attempt bounded by ``connect_timeout``) until one succeeds, the failure
+        is one retrying cannot fix (a refused login, a missing database), or
+        the store closes. So after a failover or a restart a lost connection is
+        back within ``interval`` of the server accepting connections again,
+        never after the pool's own backoff (1 s, doubling, which psycopg_pool
+        does not let its users set). While the store opens, a failure is
+        reported at once (``open`` says why).
+        """
+        timing = self
+
+        class StoreConnection(psycopg.Connection[Any]):
+            @classmethod
+            def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+                while True:
+                    try:
+                        return super().connect(conninfo, **kwargs)
+                    except psycopg.OperationalError as exc:
+                        if not timing.retries(exc):
+                            raise
+                    if timing.stopped.wait(timing.interval):
+                        raise psycopg.OperationalError("the store closed while reconnecting")
+
+        return StoreConnection
+
+    def retries(self, exc: psycopg.OperationalError) -> bool:
+        """Whether a failed connection attempt is tried again."""
+        said = str(exc).lower()
+        return (
+            self.armed.is_set()
+            and not self.stopped.is_set()
+            and not any(text in said for text in PERMANENT_CONNECT)
+        )
+
+
 # -- the executor -------------------------------------------------------------------
 
 
@@ -243,11 +404,27 @@ class PgExecutor:
 
     max_batch = 64
 
-    def __init__(self, pool: psycopg_pool.ConnectionPool[Any], ops: PgOps) -> None:
+    def __init__(
+        self,
+        pool: psycopg_pool.ConnectionPool[Any],
+        ops: PgOps,
+        wait_timeout: float | None,
+        reconnects: Reconnects,
+    ) -> None:
         self._pool = pool
+        self._reconnects = reconnects
         self._ops = ops
+        self._watch = (
+            None if wait_timeout is None else WaitWatch(wait_timeout, "PostgresStore wait")
+        )
         self._lock = threading.Lock()
         self._running: dict[int, Running] = {}  # id(job) -> its batch, while it runs
+
+    def close(self) -> None:
+        """Stop reconnecting and end the wait watch's thread (the workers have ended)."""
+        self._reconnects.stopped.set()
+        if self._watch is not None:
+            self._watch.close()
 
     def interrupt(self, job: PgJob) -> None:
         with self._lock:
@@ -456,7 +633,7 @@ class PgExecutor:
         try:
             conn = pool.getconn(wait)
             try:
-                return fn(conn) if run is None else self._interruptible(fn, conn, run)
+                return self._watched(fn, conn, name, run)
             finally:
                 pool.putconn(conn)
         except psycopg_pool.PoolTimeout as exc:
@@ -472,6 +649,41 @@ class PgExecutor:
             if conn is not None and (conn.broken or conn.closed):
                 raise _Lost(exc) from None
             raise classify(exc, name) from exc
+
+    def _watched(self, fn: Callable[[Conn], R], conn: Conn, name: str, run: Running | None) -> R:
+        """``fn(conn)`` bounded by ``wait_timeout``; never a success whose commit's wait for
+        the synchronous standbys was cut short.
+
+        Raises:
+            StoreUnavailableError: that wait was cut short (by ``wait_timeout``, a
+                cancelled caller or the server); the write committed locally.
+        """
+        check, watch = ReplicationCheck(), self._watch
+        conn.add_notice_handler(check)
+        if watch is not None:
+            watch.start(conn)
+        fired = False
+        try:
+            result = fn(conn) if run is None else self._interruptible(fn, conn, run)
+        except psycopg.Error as exc:
+            fired = watch is not None and watch.stop(conn)
+            if check.said is not None:  # over the error: the write did land, locally
+                raise not_replicated(name, check.said, exc) from exc
+            if fired and isinstance(exc, psycopg.errors.QueryCanceled):
+                assert watch is not None
+                raise StoreUnavailableError(
+                    f"PostgreSQL did not finish {name} within wait_timeout ({watch.limit:g} s): "
+                    "the store had the server cancel it, and it rolled back; nothing was done",
+                    exc,
+                ) from exc
+            raise
+        finally:
+            conn.remove_notice_handler(check)
+            if watch is not None and (watch.stop(conn) or fired):
+                conn.close()  # a late cancel request must not reach a later statement
+        if check.said is not None:
+            raise not_replicated(name, check.said, None)
+        return result
 
     def _interruptible(self, fn: Callable[[Conn], R], conn: Conn, run: Running) -> R:
         """``fn(conn)``, which :meth:`interrupt` may cancel on the server."""

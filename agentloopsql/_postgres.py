@@ -13,6 +13,7 @@ psycopg is imported lazily: ``import agentloopsql`` works without it, and
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import traceback
@@ -30,24 +31,15 @@ if TYPE_CHECKING:
     import psycopg
     import psycopg_pool
 
+    from agentloopsql._pg_exec import PgExecutor, Reconnects
     from agentloopsql._pg_ops import PgOps
 
     Conn = psycopg.Connection[Any]
 
 _MISSING = "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'agentloop-seam[postgres]'"
 
+WAIT_MARGIN = 1.0  # wait_timeout's default past statement_timeout, in seconds
 DEFAULT_CONNECT_TIMEOUT = 2  # libpq's smallest: the first connection's bound, in seconds
-
-# Fragments of libpq's and the server's messages for failures retrying cannot fix.
-_PERMANENT = (
-    "password authentication failed",
-    "no password supplied",
-    "authentication failed",
-    "no pg_hba.conf entry",
-    "does not exist",  # database "x" / role "x"
-    "permission denied for database",
-    "not permitted to log in",
-)
 
 
 def _import_driver() -> None:
@@ -92,9 +84,37 @@ class PostgresStore(SqlStore["Conn"]):
 
     **Durable when it returns** means PostgreSQL acknowledged the commit: with
     the server's default ``synchronous_commit = on`` its WAL was flushed to
-    disk (and to synchronous standbys, if configured). A server running with
+    disk (and, if configured, to the synchronous standbys: a write whose wait
+    for them was cut short is never reported as a success, see ``open``'s
+    ``wait_timeout``). A server running with
     ``synchronous_commit = off`` or ``fsync = off`` weakens this; the store
     cannot strengthen it.
+
+    **Timeouts** (seconds). ``pool_timeout`` is how long a call waits for a
+    worker and a connection before giving up (``StoreUnavailableError``,
+    nothing done). ``statement_timeout`` (``None`` for the server's setting)
+    makes the server cancel any of the store's statements that runs longer,
+    for example one waiting on another connection's lock; that call then
+    raises ``StoreUnavailableError`` and its statement rolled back. It bounds
+    how long a call, and so ``aclose``, can wait on the server, except a
+    commit's wait for synchronous standbys, which PostgreSQL exempts from it.
+    ``wait_timeout`` (``None`` takes ``statement_timeout`` plus one second; with
+    both ``None`` nothing is bounded) is the client's own bound on one
+    statement, its commit's wait for synchronous standbys included: past it
+    the store asks the server to cancel the statement. Cancelled before its
+    commit, it rolled back (``StoreUnavailableError``, nothing done).
+    Cancelled while its commit waited for a standby, the server has
+    committed it locally only; so has any write whose wait was cut short
+    another way (a cancelled caller, an administrator): the store never
+    reports such a write as a success but raises ``StoreUnavailableError``
+    saying it committed locally and may not be replicated (outcome unknown).
+    ``reconnect_interval`` is how often a connection lost after the store
+    opened (a restart, a failover) is tried again, each attempt bounded by
+    ``connect_timeout``, until the server takes it, refuses the login for
+    good, or the store closes; meanwhile calls wait for a connection within
+    ``pool_timeout`` as usual. A multi-host DSN with
+    ``target_session_attrs=read-write`` makes each attempt look for the
+    current primary. See ``docs/postgres-failover.md``.
 
     **Connection loss** (a server restart, ``pg_terminate_backend``, a network
     drop): the pool's idle connections are checked and the call is retried
@@ -117,18 +137,27 @@ class PostgresStore(SqlStore["Conn"]):
     """
 
     def __init__(
-        self, pool: psycopg_pool.ConnectionPool[Any], ops: PgOps, schema: str, size: int
+        self,
+        pool: psycopg_pool.ConnectionPool[Any],
+        ops: PgOps,
+        schema: str,
+        size: int,
+        wait_timeout: float | None,
+        reconnects: Reconnects,
     ) -> None:
         """Use :meth:`open`."""
         from agentloopsql._pg_exec import PgExecutor, waited_error
 
         expired = (pool.timeout, lambda waited: waited_error(waited, pool.timeout))
-        workers: Workers[Conn] = Workers(
-            PgExecutor(pool, ops), size, "PostgresStore", queue_timeout=expired
-        )
+        executor = PgExecutor(pool, ops, wait_timeout, reconnects)
+        reconnects.armed.set()
+        workers: Workers[Conn] = Workers(executor, size, "PostgresStore", queue_timeout=expired)
         super().__init__(workers, ops)
         self._pool = pool
+        self._executor = executor
         self._schema = schema
+        release = partial(_close_quietly, pool, executor)
+        self._watch_leak(f"PostgresStore schema={schema!r}", release)
 
     @classmethod
     async def open(
@@ -139,19 +168,16 @@ class PostgresStore(SqlStore["Conn"]):
         pool_size: int = 8,
         pool_timeout: float = 30.0,
         statement_timeout: float | None = None,
+        wait_timeout: float | None = None,
+        reconnect_interval: float = 0.1,
     ) -> PostgresStore:
         """Connect to ``dsn``, then create or migrate the store's tables in ``schema``.
 
         ``schema`` (``[a-z_][a-z0-9_]*``, at most 63 characters) isolates
         this store's tables, so several apps or test runs can share one
         database; ``None`` uses the connection's current schema (usually
-        ``public``). ``pool_size`` connections are opened; ``pool_timeout`` is how
-        long, in seconds, a call waits for a worker and a connection before giving up.
-        ``statement_timeout`` (seconds, ``None`` for the server's setting) makes
-        the server cancel any of the store's statements that runs longer, for
-        example one waiting on another connection's lock; that call then
-        raises ``StoreUnavailableError`` and its statement rolled back. It
-        bounds how long a call, and so ``aclose``, can wait on the server.
+        ``public``). ``pool_size`` connections are opened. The timeouts: see
+        the class docstring (**Timeouts**).
 
         One connection is made first, directly, bounded by libpq's
         ``connect_timeout`` (2 s per server address unless the DSN or
@@ -162,7 +188,8 @@ class PostgresStore(SqlStore["Conn"]):
         Raises:
             ImportError: psycopg is not installed (``pip install 'agentloop-seam[postgres]'``).
             TypeError, ValueError: a bad ``dsn``, ``schema`` (or a PostgreSQL system
-                schema), ``pool_size``, ``pool_timeout`` or ``statement_timeout``.
+                schema), ``pool_size``, ``pool_timeout``, ``statement_timeout``,
+                ``wait_timeout`` or ``reconnect_interval``.
             StoreError: a refusal retrying cannot fix: a missing database or role,
                 failed authentication, a schema that is newer, damaged (garbage
                 ``schema_version``) or holds tables of the store's names in another
@@ -170,25 +197,29 @@ class PostgresStore(SqlStore["Conn"]):
                 or a migration the server refused (e.g. no ``CREATE`` privilege).
                 The driver's exception is the ``__cause__``.
             StoreUnavailableError: the server could not be reached, did not answer
-                within ``connect_timeout``, had no free connection ("too many
-                clients"), or the pool did not fill within ``pool_timeout``;
+                within ``connect_timeout``, was read-only while the schema needed
+                creating or migrating (a standby: SQLSTATE 25006), had no free
+                connection ("too many clients"), or the pool did not fill within
+                ``pool_timeout``;
                 ``cause`` is the driver's exception.
 
-        **Cancellation handling**: while connecting, a cancelled open raises
-        the backend's cancellation promptly (the abandoned connection attempt ends within
-        ``connect_timeout`` and closes what it opened); while the pool fills, it
-        closes the pool first. Once the migration has started it runs to its end
-        (it commits or rolls back whole) before the cancellation is delivered.
+        **Cancellation handling**: while connecting, raises the backend's
+        cancellation promptly (the abandoned attempt ends within ``connect_timeout``);
+        while the pool fills, closes it first; a migration runs to its end first.
         """
         _import_driver()
         timeout, statement_ms = _checked_options(
             dsn, schema, pool_size, pool_timeout, statement_timeout
         )
+        wait, every = _checked_timing(statement_ms, wait_timeout, reconnect_interval)
         kwargs = connection_kwargs(dsn)
         name, ops = await first_connection(dsn, kwargs, schema, statement_ms)
-        pool = new_pool(dsn, kwargs, pool_size, timeout, statement_ms)
+        from agentloopsql._pg_exec import Reconnects
+
+        reconnects = Reconnects(every)
+        pool = new_pool(dsn, kwargs, pool_size, timeout, statement_ms, reconnects)
         await _fill_or_close(pool, dsn, kwargs, pool_size, timeout)
-        return cls(pool, ops, name, pool_size)
+        return cls(pool, ops, name, pool_size, wait, reconnects)
 
     @property
     def schema(self) -> str:
@@ -202,8 +233,9 @@ class PostgresStore(SqlStore["Conn"]):
 
         **Cancellation handling**: shielded; once called, the store ends closed.
         """
-        self._closed = True
+        self._closing()
         await self._workers.close()  # every call under way finishes first
+        self._executor.close()
         await to_thread_shielded(self._pool.close)
 
     def __repr__(self) -> str:
@@ -237,6 +269,20 @@ def _checked_options(
         statement_timeout, "statement_timeout", minimum=0.001, none_allowed=True
     )
     return timeout, round(statement * 1000)
+
+
+def _checked_timing(
+    statement_ms: int | None, wait_timeout: object, reconnect_interval: object
+) -> tuple[float | None, float]:
+    """Check ``open``'s ``wait_timeout`` and ``reconnect_interval``; the bound on one
+    statement (``None``: none) and the interval."""
+    every = check_seconds(reconnect_interval, "reconnect_interval", minimum=0.001)
+    if wait_timeout is not None:
+        return check_seconds(wait_timeout, "wait_timeout", minimum=0.001, none_allowed=True), every
+    if statement_ms is not None:
+        # Later than the server's own bound, which goes first wherever it applies.
+        return statement_ms / 1000 + WAIT_MARGIN, every
+    return None, every
 
 
 async def _fill_or_close(
@@ -291,8 +337,10 @@ def connect_error(exc: psycopg.Error) -> StoreError:
     # now rather than when the garbage collector next finds the cycle.
     traceback.clear_frames(exc.__traceback__)
     message = f"could not connect to PostgreSQL: {exc}".strip()
+    from agentloopsql._pg_exec import PERMANENT_CONNECT
+
     lowered = message.lower()
-    if any(fragment in lowered for fragment in _PERMANENT):
+    if any(fragment in lowered for fragment in PERMANENT_CONNECT):
         error = StoreError(f"{message} (retrying will not help)")
         error.__cause__ = exc
         return error
@@ -374,6 +422,12 @@ def _prepare(conn: Conn, schema: str | None, statement_ms: int | None) -> tuple[
             f"PostgreSQL failed while opening the store: {exc}", exc
         ) from exc
     except psycopg.Error as exc:
+        if exc.sqlstate == "25006":  # a standby or a demoted primary: may pass
+            raise StoreUnavailableError(
+                f"PostgreSQL is read-only now (a standby or a demoted primary), so the "
+                f"store's schema cannot be created or migrated: {exc}",
+                exc,
+            ) from exc
         error = StoreError(f"PostgreSQL refused to create or migrate the store's schema: {exc}")
         raise error from exc
 
@@ -398,13 +452,19 @@ def current_schema(conn: Conn) -> str:
 
 
 def new_pool(
-    dsn: str, kwargs: dict[str, Any], size: int, timeout: float, statement_ms: int | None
+    dsn: str,
+    kwargs: dict[str, Any],
+    size: int,
+    timeout: float,
+    statement_ms: int | None,
+    reconnects: Reconnects,
 ) -> psycopg_pool.ConnectionPool[Any]:
-    """A closed pool of exactly ``size`` connections."""
+    """A closed pool of exactly ``size`` connections, reconnecting as ``reconnects`` says."""
     import psycopg_pool
 
     return psycopg_pool.ConnectionPool(
         dsn,
+        connection_class=reconnects.connection_class(),
         min_size=size,
         max_size=size,
         kwargs=kwargs,
@@ -443,6 +503,13 @@ def _try_connect(dsn: str, kwargs: dict[str, Any]) -> None:
         psycopg.connect(dsn, **kwargs).close()
     except psycopg.Error as exc:
         raise connect_error(exc) from exc
+
+
+def _close_quietly(pool: psycopg_pool.ConnectionPool[Any], executor: PgExecutor) -> None:
+    """Close ``pool`` from the thread that released a collected store's workers."""
+    executor.close()
+    with contextlib.suppress(Exception):  # nobody is left to report to
+        pool.close(timeout=DEFAULT_CONNECT_TIMEOUT + 1.0)
 
 
 def close_pool(pool: psycopg_pool.ConnectionPool[Any], kwargs: dict[str, Any]) -> None:

@@ -647,6 +647,7 @@ class SqliteStore(SqlStore[sqlite3.Connection]):
         super().__init__(workers, _OPS)
         self._path = path
         self._reader = reader
+        self._watch_leak(f"SqliteStore {path!r}", reader.close if reader is not None else _nothing)
 
     async def _read_short(self, run: Callable[[sqlite3.Connection], R], name: str) -> R:
         """``run`` inline on the read-only connection if it can run now, else on the worker."""
@@ -730,7 +731,7 @@ class SqliteStore(SqlStore[sqlite3.Connection]):
 
         **Cancellation handling**: shielded; once called, the store ends closed.
         """
-        self._closed = True
+        self._closing()
         if self._reader is not None:
             # First: the writer, closing last, checkpoints the WAL and removes -wal/-shm.
             self._reader.close()
@@ -739,6 +740,10 @@ class SqliteStore(SqlStore[sqlite3.Connection]):
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<SqliteStore {self._path!r} ({state})>"
+
+
+def _nothing() -> None:
+    """Nothing to release beyond the worker thread."""
 
 
 def _ready(conn: sqlite3.Connection) -> None:

@@ -21,6 +21,10 @@ cancelled is dropped from the batch and answered at once with
 the backend's cancellation; nothing of it happened), and a cancellation wakes the
 waiting thread. A job whose transaction is running is never interrupted: it
 commits or rolls back whole, and its caller gets that outcome.
+
+A row SQLite refuses (a CHECK, a constraint, a trigger's ``RAISE``) fails
+its own call with a plain ``StoreError`` (:func:`refused`), as on PostgreSQL:
+retrying it cannot succeed.
 """
 
 from __future__ import annotations
@@ -53,6 +57,29 @@ def unavailable(exc: BaseException) -> StoreUnavailableError:
     return StoreUnavailableError(f"SQLite failed: {exc}", exc)
 
 
+_MESSAGE_MAX = 100
+
+
+def refused(exc: sqlite3.IntegrityError, op: str) -> StoreError:
+    """The permanent error of a row SQLite refused (a CHECK, a constraint, a trigger's RAISE).
+
+    As on PostgreSQL, a refusal is a plain ``StoreError``: the same call
+    would be refused again, so retrying will not help. The database's own
+    message is kept to one line of about 100 characters (a trigger's
+    ``RAISE`` may quote a whole value).
+    """
+    said = " ".join(str(exc).split())
+    if len(said) > _MESSAGE_MAX:
+        said = f"{said[:_MESSAGE_MAX]}...({len(said)} chars)"
+    kind = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
+    error = StoreError(
+        f"SQLite refused {op}: it breaks a constraint or trigger of the schema ({kind}): "
+        f"{said}; retrying will not help"
+    )
+    error.__cause__ = exc
+    return error
+
+
 def is_busy(exc: BaseException) -> bool:
     """Whether ``exc`` is SQLite's "database is locked" (``SQLITE_BUSY`` or an extended form)."""
     code = getattr(exc, "sqlite_errorcode", None)
@@ -75,6 +102,8 @@ def _capture(job: SqliteJob, conn: sqlite3.Connection) -> outcome.Outcome[Any]:
     """``job``'s outcome; raises :class:`_Busy` when it could not take a lock."""
     try:
         return outcome.Value(job.work.run(conn))
+    except sqlite3.IntegrityError as exc:
+        return outcome.Error(refused(exc, job.work.name))
     except sqlite3.Error as exc:
         if is_busy(exc):
             raise _Busy(exc) from exc

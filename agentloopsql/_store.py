@@ -23,6 +23,8 @@ store-wide counter that only grows, and lease calls never touch it.
 from __future__ import annotations
 
 import random
+import warnings
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
@@ -95,6 +97,16 @@ def taken(session_id: str, hint: str = "nothing was written") -> SessionExistsEr
 def unknown_source(session_id: str) -> KeyError:
     """The error for a fork source with no session row and no steps."""
     return KeyError(f"session {session_id!r} does not exist: no session row and no steps")
+
+
+def _collected_unclosed(workers: Workers[Any], what: str, release: Callable[[], object]) -> None:
+    """A store was collected without ``aclose``: end its threads, then warn (as a file does)."""
+    workers.abandon(release)
+    warnings.warn(
+        f"unclosed {what}: call aclose() (or use 'async with'); its threads were released",
+        ResourceWarning,
+        stacklevel=2,
+    )
 
 
 class Grant(NamedTuple):
@@ -277,6 +289,11 @@ class SqlStore(Generic[ConnT]):
     be lost mid-call; they carry a random key so a retry never applies them
     twice. The other writes are idempotent and may simply be retried.
 
+    **Closing**: close a store with ``aclose`` (or ``async with``). One
+    collected without it gives a ``ResourceWarning``, as an unclosed file
+    does, and its worker threads still end (after the calls already queued)
+    and release its connections.
+
     **Leases**: each lease call is one transaction (an idempotent write:
     repeating one after a lost connection gives the same outcome, the holder
     re-acquiring keeps its token); see :meth:`fenced` for fenced writes.
@@ -287,6 +304,23 @@ class SqlStore(Generic[ConnT]):
         self._ops = ops
         self._closed = False
         self._secret: str | None = None
+
+        self._leak: weakref.finalize[Any, Any] | None = None
+
+    def _watch_leak(self, what: str, release: Callable[[], object]) -> None:
+        """When this store is collected unclosed: release its threads, warn like a file.
+
+        ``what`` describes the store in the ``ResourceWarning``; ``release``
+        frees what the workers used (a pool, a connection) once they ended.
+        Neither may refer to the store (it would never be collected).
+        """
+        self._leak = weakref.finalize(self, _collected_unclosed, self._workers, what, release)
+
+    def _closing(self) -> None:
+        """Mark the store closed: later calls raise, the collection watch ends."""
+        self._closed = True
+        if self._leak is not None:
+            self._leak.detach()
 
     def _check_open(self) -> None:
         if self._closed:

@@ -487,6 +487,24 @@ class Workers(Generic[ConnT]):
         for thread in self._threads:
             thread.join()
 
+    def abandon(self, then: Callable[[], object]) -> None:
+        """Close without waiting, from any thread (the owner was collected unclosed).
+
+        Every job queued so far still runs; a daemon thread joins the workers,
+        then calls ``then`` (release what they used). Never blocks.
+        """
+        with self._cond:
+            self._closing = True
+            self._wake_all()
+            if self._watch is not None:
+                self._watch.notify_all()
+
+        def reap() -> None:
+            self._join()
+            then()
+
+        threading.Thread(target=reap, name=f"{self._owner} reaper", daemon=True).start()
+
     def _wake_all(self) -> None:  # called under the lock
         for wake in self._idle:
             wake.release()

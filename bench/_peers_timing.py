@@ -47,8 +47,8 @@ class Sizes:
     pg_big: int = 10_000
     pg_ops: int = 20
     pg_rounds: int = 7
-    pg_tasks: tuple[int, ...] = (16, 64)
-    pg_task_appends: int = 128
+    pg_tasks: tuple[int, ...] = (16, 64, 256)
+    pg_task_appends: int = 512
 
 
 def run_trio(work: Callable[[], Awaitable[T]]) -> T:
