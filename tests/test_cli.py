@@ -1,0 +1,361 @@
+"""The ``agentloop`` command, end to end in a subprocess, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+from _sql_support import SqlTarget, drop_schema, new_schema_name
+
+from agentloop import (
+    Loop,
+    ModelReply,
+    ScriptedModel,
+    Session,
+    SupportsLabels,
+    ToolCall,
+    ToolContext,
+    tool,
+)
+from agentloopsql import PostgresStore, SqliteStore
+from agentloopsql._cli import CliError, StoreUrl, parse_duration, parse_store_url
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def agentloop(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m agentloop ARGS`` in ``cwd``, as a user would run it."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "agentloop", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def failed(done: subprocess.CompletedProcess[str]) -> str:
+    """The one line a failed command printed; asserts exit 1, no traceback, nothing else."""
+    assert done.returncode == 1, done
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("agentloop: ")
+    return lines[0]
+
+
+@tool
+async def remember_name(ctx: ToolContext, name: str) -> str:
+    """Remember the user's name."""
+    ctx.data["name"] = name
+    return f"remembered {name}"
+
+
+async def _seed(store: SqliteStore | PostgresStore, sessions: int) -> None:
+    """``sessions`` sessions a Loop ran: a tool call, its result, a response."""
+    for n in range(sessions):
+        session_id = f"user-{n}"
+        await store.put(Session(session_id, "scripted-1", "You are terse."))
+        if isinstance(store, SupportsLabels):
+            await store.set_labels(session_id, {"suite": "evals", "n": str(n)})
+        model = ScriptedModel(
+            [
+                ModelReply(
+                    tool_calls=[ToolCall(f"call-{n}", "remember_name", '{"name": "Ada"}')],
+                    prompt_tokens=11,
+                    completion_tokens=3,
+                ),
+                ModelReply(f"Nice to meet you, Ada <{n}>.", prompt_tokens=5),
+            ]
+        )
+        loop = Loop(model=model, steps=store, sessions=store, tools=[remember_name])
+        await loop.run(session_id, "Hi, I'm Ada.")
+
+
+def seed(url: StoreUrl, cwd: Path, sessions: int = 3) -> None:
+    """Write ``sessions`` Loop-run sessions into the store ``url`` names."""
+
+    async def main() -> None:
+        if url.kind == "sqlite":
+            store: SqliteStore | PostgresStore = await SqliteStore.open(str(cwd / url.target))
+        else:
+            store = await PostgresStore.open(url.target, schema=url.schema, pool_size=1)
+        async with store:
+            await _seed(store, sessions)
+
+    trio.run(main)
+
+
+@pytest.fixture
+def pg_url(postgres_dsn: str) -> Iterator[str]:
+    """A PostgreSQL store URL on a fresh schema (``?schema=``), dropped afterwards."""
+    schema = new_schema_name()
+    separator = "&" if "?" in postgres_dsn else "?"
+    yield f"{postgres_dsn}{separator}schema={schema}"
+    drop_schema(postgres_dsn, schema)
+
+
+@pytest.fixture
+def store_url(sql_target: SqlTarget, request: pytest.FixtureRequest) -> str:
+    """A store URL for each SQL store: a relative SQLite path, or a PostgreSQL schema."""
+    if sql_target.kind == "sqlite":
+        return "sqlite:///data/agent.db"
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def seeded(store_url: str, tmp_path: Path) -> str:
+    """The store URL, holding three sessions a Loop ran."""
+    (tmp_path / "data").mkdir()
+    seed(parse_store_url(store_url), tmp_path)
+    return store_url
+
+
+class TestStoreUrls:
+    def test_sqlite_three_slashes_relative_four_absolute(self) -> None:
+        """sqlite:///rel is a relative path, sqlite:////abs an absolute one."""
+        assert parse_store_url("sqlite:///rel/a.db").target == "rel/a.db"
+        assert parse_store_url("sqlite:////abs/a.db").target == "/abs/a.db"
+
+    def test_schema_is_removed_from_the_dsn(self) -> None:
+        """?schema= picks the schema and never reaches libpq; other parameters stay."""
+        url = parse_store_url("postgresql://u@h:5/db?sslmode=disable&schema=app")
+        assert (url.kind, url.target, url.schema) == (
+            "postgres",
+            "postgresql://u@h:5/db?sslmode=disable",
+            "app",
+        )
+        assert parse_store_url("postgresql://u@h/db", "other").schema == "other"
+        assert parse_store_url("postgresql://u@h/db?schema=a", "a").schema == "a"
+
+    def test_password_is_hidden_when_shown(self) -> None:
+        """The URL a message shows hides the password; the DSN keeps it."""
+        url = parse_store_url("postgresql://u:s3cret@h/db")
+        assert "s3cret" not in url.shown
+        assert "s3cret" in url.target
+
+    @pytest.mark.parametrize(
+        ("url", "schema", "message"),
+        [
+            ("mysql://x/db", None, r"^bad store URL 'mysql://x/db': expected sqlite:///"),
+            ("sqlite://a.db", None, r"^bad store URL 'sqlite://a.db'"),
+            ("sqlite:///", None, r"^bad store URL 'sqlite:///'"),
+            ("sqlite:///a.db?mode=ro", None, r"takes no query"),
+            ("sqlite:///a.db", "s", r"^--schema applies to PostgreSQL only"),
+            ("postgresql://h/db?schema=a&schema=b", None, r"schema is given 2 times"),
+            ("postgresql://h/db?schema=a", "b", r"^the URL says schema='a' but --schema says"),
+        ],
+    )
+    def test_bad_urls_are_named(self, url: str, schema: str | None, message: str) -> None:
+        """Each malformed URL is refused with what is wrong."""
+        with pytest.raises(CliError, match=message):
+            parse_store_url(url, schema)
+
+    def test_durations(self) -> None:
+        """30d, 12h, 90s and 1h30m are seconds; other text is refused."""
+        assert parse_duration("30d") == (30 * 86400, "30d")
+        assert parse_duration("12h")[0] == 12 * 3600
+        assert parse_duration("90s")[0] == 90
+        assert parse_duration("1h30m")[0] == 5400
+        for bad in ("", "30", "3x", "1h 30m", "0s", "-1d"):
+            with pytest.raises(argparse.ArgumentTypeError, match=r"^must be"):
+                parse_duration(bad)
+
+
+class TestEntryPoints:
+    def test_console_script_is_declared(self) -> None:
+        """pyproject declares the agentloop console script, naming the command's main."""
+        with (ROOT / "pyproject.toml").open("rb") as file:
+            scripts = tomllib.load(file)["project"]["scripts"]
+        assert scripts["agentloop"] == "agentloopsql._cli:main"
+
+    def test_python_m_agentloop_help(self, tmp_path: Path) -> None:
+        """python -m agentloop --help lists every command and the URL forms."""
+        done = agentloop("--help", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        for command in ("sessions", "show", "export", "import", "copy", "prune", "expire"):
+            assert command in done.stdout
+        assert "sqlite:////absolute/path.db" in done.stdout
+
+
+class TestFailures:
+    def test_bad_url(self, tmp_path: Path) -> None:
+        """A bad URL: exit 1, one line naming the forms."""
+        line = failed(agentloop("sessions", "mysql://x/db", cwd=tmp_path))
+        assert "bad store URL 'mysql://x/db'" in line
+
+    def test_missing_sqlite_file_is_not_created(self, tmp_path: Path) -> None:
+        """A reading command on a missing SQLite file fails and creates nothing."""
+        line = failed(agentloop("show", "sqlite:///none.db", "s", cwd=tmp_path))
+        assert "no SQLite database at 'none.db'" in line
+        assert list(tmp_path.iterdir()) == []
+
+    def test_unreachable_postgres(self, tmp_path: Path) -> None:
+        """A server nobody listens on: exit 1, one line, the password hidden."""
+        url = "postgresql://postgres:hidden@127.0.0.1:1/test?connect_timeout=2"
+        line = failed(agentloop("sessions", url, cwd=tmp_path))
+        assert "could not connect to PostgreSQL" in line
+        assert "hidden" not in line
+
+    def test_unknown_session(self, seeded: str, tmp_path: Path) -> None:
+        """show and export of an unknown session: exit 1, one line naming it."""
+        assert "no session 'nobody'" in failed(agentloop("show", seeded, "nobody", cwd=tmp_path))
+        done = agentloop("export", seeded, "--session", "nobody", cwd=tmp_path)
+        assert "no session 'nobody'" in failed(done)
+
+    def test_bad_files(self, seeded: str, tmp_path: Path) -> None:
+        """A missing, foreign or truncated file: exit 1, one line, nothing imported."""
+        assert "no export file" in failed(agentloop("import", seeded, "no.jsonl", cwd=tmp_path))
+        (tmp_path / "foreign.jsonl").write_text('{"hello": 1}\n')
+        line = failed(agentloop("import", seeded, "foreign.jsonl", cwd=tmp_path))
+        assert "not an agentloop export" in line
+        done = agentloop("export", seeded, "-o", "whole.jsonl", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        lines = (tmp_path / "whole.jsonl").read_text().splitlines()
+        (tmp_path / "cut.jsonl").write_text("\n".join(lines[:-1]) + "\n")
+        failed(agentloop("import", "sqlite:///fresh.db", "cut.jsonl", cwd=tmp_path))
+        listed = agentloop("sessions", "sqlite:///fresh.db", "--json", cwd=tmp_path)
+        assert json.loads(listed.stdout) == []
+
+
+class TestReading:
+    def test_sessions_table(self, seeded: str, tmp_path: Path) -> None:
+        """The table: id, latest status, step count, updated, newest first."""
+        done = agentloop("sessions", seeded, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert lines[0].split() == ["ID", "STATUS", "STEPS", "UPDATED", "(UTC)", "LABELS"]
+        assert [line.split()[:3] for line in lines[1:]] == [
+            [f"user-{n}", "completed", "4"] for n in (2, 1, 0)
+        ]
+
+    def test_sessions_json_and_limit(self, seeded: str, tmp_path: Path) -> None:
+        """--json is an array of the sessions' info; --limit cuts it and says more exist."""
+        done = agentloop("sessions", seeded, "--json", "--limit", "2", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        infos = json.loads(done.stdout)
+        assert [info["id"] for info in infos] == ["user-2", "user-1"]
+        assert infos[0]["status"] == "completed"
+        assert infos[0]["step_count"] == 4
+        assert "raise --limit for more" in done.stderr
+
+    def test_show_prints_the_transcript(self, seeded: str, tmp_path: Path) -> None:
+        """show: settings, every step with the tool call, its result and the response."""
+        done = agentloop("show", seeded, "user-1", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        out = done.stdout
+        assert out.startswith("session user-1\n")
+        assert "model         scripted-1" in out
+        assert "    You are terse." in out
+        assert '[1] #1 tool_call   remember_name({"name": "Ada"}) [call call-1]' in out
+        assert "| remembered Ada" in out
+        assert "| Nice to meet you, Ada <1>." in out
+        assert "latest run: completed, 4 steps, 16 prompt + 3 completion tokens" in out
+
+    def test_show_html_writes_one_page(self, seeded: str, tmp_path: Path) -> None:
+        """show --html writes a self-contained page holding the escaped transcript."""
+        done = agentloop("show", seeded, "user-1", "--html", "t.html", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == ""
+        page = (tmp_path / "t.html").read_text(encoding="utf-8")
+        assert "Nice to meet you, Ada &lt;1&gt;." in page
+        assert "default-src 'none'" in page
+
+
+def _export(url: str, cwd: Path, name: str) -> list[object]:
+    done = agentloop("export", url, "-o", name, cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in (cwd / name).read_text(encoding="utf-8").splitlines()]
+
+
+class TestMoving:
+    def test_export_to_stdout_and_one_session(self, seeded: str, tmp_path: Path) -> None:
+        """export writes JSON Lines to stdout; --session picks sessions."""
+        done = agentloop("export", seeded, "--session", "user-0", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        records = [json.loads(line) for line in done.stdout.splitlines()]
+        assert records[0] == {"format": "agentloop-sessions", "version": 1}
+        assert records[1]["session"]["id"] == "user-0"
+        assert records[-1] == {"end": {"sessions": 1, "steps": 4}}
+        assert "exported 1 session(s), 4 step(s)" in done.stderr
+
+    def test_import_refuses_existing_then_replaces(self, seeded: str, tmp_path: Path) -> None:
+        """import into a store holding the sessions refuses (naming --replace) until asked."""
+        first = _export(seeded, tmp_path, "a.jsonl")
+        line = failed(agentloop("import", seeded, "a.jsonl", cwd=tmp_path))
+        assert "exist already" in line
+        assert "--replace" in line
+        done = agentloop("import", seeded, "a.jsonl", "--replace", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert "replaced: user-0, user-1, user-2" in done.stderr
+        again = _export(seeded, tmp_path, "b.jsonl")
+        assert [r for r in again if "step" in r] == [r for r in first if "step" in r]
+
+    def test_copy_without_a_terminal_draws_no_bar(self, seeded: str, tmp_path: Path) -> None:
+        """copy moves every session; stderr (not a terminal) gets only the summary."""
+        done = agentloop("copy", seeded, "sqlite:////" + str(tmp_path / "copy.db"), cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.splitlines()[0] == "copied 3 session(s), 12 step(s)"
+        assert "\r" not in done.stderr
+        source = _export(seeded, tmp_path, "a.jsonl")
+        copied = _export("sqlite:///copy.db", tmp_path, "b.jsonl")
+        assert [r for r in copied if "step" in r] == [r for r in source if "step" in r]
+        assert failed(agentloop("copy", seeded, "sqlite:///copy.db", cwd=tmp_path))
+
+
+def test_export_import_export_is_identical_across_sqlite_and_postgres(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """SQLite -> export -> PostgreSQL -> export -> SQLite -> export: the same records."""
+    seed(parse_store_url("sqlite:///a.db"), tmp_path)
+    first = _export("sqlite:///a.db", tmp_path, "1.jsonl")
+    assert agentloop("import", pg_url, "1.jsonl", cwd=tmp_path).returncode == 0
+    second = _export(pg_url, tmp_path, "2.jsonl")
+    assert agentloop("import", "sqlite:///b.db", "2.jsonl", cwd=tmp_path).returncode == 0
+    third = _export("sqlite:///b.db", tmp_path, "3.jsonl")
+    assert len(first) == 1 + 3 * 5 + 1
+    assert first == second == third
+
+
+def test_copy_draws_a_bar_on_a_terminal(tmp_path: Path) -> None:
+    """copy with stderr on a terminal draws a progress bar there (and only there)."""
+    import pty
+
+    seed(parse_store_url("sqlite:///a.db"), tmp_path, sessions=2)
+    leader, follower = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "agentloop", "copy", "sqlite:///a.db", "sqlite:///b.db"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        timeout=120,
+        check=False,
+    )
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(leader)
+    assert done.returncode == 0
+    assert done.stdout == b""
+    assert b"\r[###############---------------] 1/2 sessions, 4 steps" in shown
+    assert b"2/2 sessions, 8 steps" in shown
