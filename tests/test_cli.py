@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import html.parser
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -359,3 +361,79 @@ def test_copy_draws_a_bar_on_a_terminal(tmp_path: Path) -> None:
     assert done.stdout == b""
     assert b"\r[###############---------------] 1/2 sessions, 4 steps" in shown
     assert b"2/2 sessions, 8 steps" in shown
+
+
+def _chromium() -> str:
+    """Debian's headless Chromium (``.ci/run`` installs it); skips outside CI when missing."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found:
+        return found
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail("chromium is not installed but CI=true: .ci/run installs it")
+    pytest.skip("the HTML transcript check needs chromium (apt-get install chromium)")
+
+
+def test_html_transcript_in_headless_chromium(tmp_path: Path) -> None:
+    """The page show --html writes, opened in headless Chromium, holds the whole transcript
+    in its DOM (markup in stored text stays text) and renders to a screenshot."""
+    browser = _chromium()
+    seed(parse_store_url("sqlite:///a.db"), tmp_path, sessions=1)
+    done = agentloop("show", "sqlite:///a.db", "user-0", "--html", "t.html", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    flags = [
+        *(browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"),
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ]
+    page = (tmp_path / "t.html").as_uri()
+    dom = subprocess.run(
+        [*flags, "--dump-dom", page], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    parser = _Dom()
+    parser.feed(dom)
+    assert parser.by_id["session-id"] == "user-0"
+    steps = [parser.by_id[f"step-{n}"] for n in range(4)]
+    assert "user" in steps[0]
+    assert "Hi, I'm Ada." in steps[0]
+    assert 'remember_name({"name": "Ada"}) [call call-0]' in steps[1]
+    assert "remembered Ada" in steps[2]
+    assert "Nice to meet you, Ada <0>." in steps[3]
+    assert "step-4" not in parser.by_id
+    assert "latest run: completed, 4 steps" in parser.by_id["run-summary"]
+    assert parser.tags.isdisjoint({"script", "img", "link", "iframe"})
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [*flags, "--window-size=1100,900", f"--screenshot={shot}", page],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+class _Dom(html.parser.HTMLParser):
+    """The text under each element that has an id, and every tag seen."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_id: dict[str, str] = {}
+        self.tags: set[str] = set()
+        self._open: list[tuple[str, str | None]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+        if tag in ("meta", "br", "hr", "img", "link", "input"):
+            return
+        element_id = dict(attrs).get("id")
+        self._open.append((tag, element_id))
+        if element_id is not None:
+            self.by_id[element_id] = ""
+
+    def handle_endtag(self, tag: str) -> None:
+        while self._open:
+            if self._open.pop()[0] == tag:
+                break
+
+    def handle_data(self, data: str) -> None:
+        for _, element_id in self._open:
+            if element_id is not None:
+                self.by_id[element_id] += data
