@@ -229,3 +229,26 @@ def test_an_installed_wheel_registers_the_plugin(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stdout + done.stderr
     assert "agentloop transcript: user-1" in done.stdout
     assert "Hello from the wheel" in done.stdout
+
+
+def test_the_fixtures_work_under_asyncio(pytester: pytest.Pytester) -> None:
+    """An asyncio eval (anyio's plugin) uses the same fixtures; its failure shows the transcript."""
+    pytester.makepyfile(
+        """
+        import pytest
+        from agentloop import Loop, ScriptedModel
+
+        @pytest.fixture
+        def anyio_backend():
+            return "asyncio"
+
+        @pytest.mark.anyio
+        async def test_eval(agentloop_steps, agentloop_sessions, agentloop_config):
+            loop = Loop(model=ScriptedModel(["from asyncio"]), steps=agentloop_steps,
+                        sessions=agentloop_sessions, config=agentloop_config)
+            assert (await loop.run("s-1", "hi")).text == "something else"
+        """
+    )
+    result = _run(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*agentloop transcript: s-1*", "*from asyncio*"])
