@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -519,3 +519,69 @@ def _deliberately_close(conn: object) -> None:
     from agentloopsql import _pg_exec
 
     _pg_exec._DISCARDS.close(conn)  # type: ignore[arg-type]
+
+
+class _PlainStore:
+    """A store with the two protocols and list_sessions only: no prune, no expire."""
+
+    def __init__(self) -> None:
+        import agentloopmem
+
+        self.inner = agentloopmem.MemoryStore()
+
+    async def append(self, step: object) -> None:
+        await self.inner.append(step)  # type: ignore[arg-type]
+
+    async def last_n(self, session_id: str, n: int) -> list[object]:
+        return list(await self.inner.last_n(session_id, n))
+
+    async def get(self, session_id: str) -> Session:
+        return await self.inner.get(session_id)
+
+    async def exists(self, session_id: str) -> bool:
+        return await self.inner.exists(session_id)
+
+    async def update_data(self, session_id: str, snapshot: str | None) -> None:
+        await self.inner.update_data(session_id, snapshot)
+
+    async def finalize(self, session_id: str, summary: object) -> None:
+        await self.inner.finalize(session_id, summary)  # type: ignore[arg-type]
+
+    async def list_sessions(self, *, limit: int = 100) -> list[object]:
+        return list(await self.inner.list_sessions(limit=limit))
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["prune", "sqlite:///x.db", "--keep-last", "5"],
+            "cannot prune steps (it has no prune_steps)",
+        ),
+        (["expire", "sqlite:///x.db", "--idle-for", "30d"], "cannot expire sessions (it has no"),
+        (["sessions", "sqlite:///x.db", "--label", "k=v"], "cannot filter sessions by label"),
+    ],
+)
+def test_a_store_lacking_a_capability_is_named(
+    argv: list[str],
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """prune, expire and a label filter on a store without the capability: exit 1, one line."""
+    from contextlib import asynccontextmanager
+
+    from agentloopsql import _cli
+
+    @asynccontextmanager
+    async def plain(url: StoreUrl, *, create: bool = False) -> AsyncIterator[object]:
+        yield _PlainStore()
+
+    monkeypatch.setattr(_cli, "opened", plain)
+    with pytest.raises(SystemExit) as exited:
+        _cli.main(argv)
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("agentloop: ")
+    assert message in err
