@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -437,3 +437,151 @@ class _Dom(html.parser.HTMLParser):
         for _, element_id in self._open:
             if element_id is not None:
                 self.by_id[element_id] += data
+
+
+def agentlooptest(*args: str, cwd: Path, dsn: str | None) -> subprocess.CompletedProcess[str]:
+    """``python -m agentlooptest ARGS``, with ``AGENTLOOP_PG_DSN`` set to ``dsn`` or unset."""
+    env = {k: v for k, v in os.environ.items() if k != "AGENTLOOP_PG_DSN"}
+    env["PYTHONPATH"] = str(ROOT)
+    if dsn is not None:
+        env["AGENTLOOP_PG_DSN"] = dsn
+    return subprocess.run(
+        [sys.executable, "-m", "agentlooptest", "certify", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+class TestCertifyOutput:
+    def test_names_the_skipped_postgres_store(self, tmp_path: Path) -> None:
+        """Without AGENTLOOP_PG_DSN, certify says it left PostgreSQL out, and why."""
+        done = agentlooptest("-k", "step.order.oldest-first", cwd=tmp_path, dsn=None)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert (
+            "skipped postgres: AGENTLOOP_PG_DSN is not set (set it to a PostgreSQL DSN"
+            in done.stdout
+        )
+
+    def test_skips_nothing_with_a_dsn(self, postgres_dsn: str, tmp_path: Path) -> None:
+        """With AGENTLOOP_PG_DSN, PostgreSQL is certified and nothing is said skipped."""
+        done = agentlooptest("-k", "step.order.oldest-first", cwd=tmp_path, dsn=postgres_dsn)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "agentlooptest certify postgres" in done.stdout
+        assert "skipped postgres" not in done.stdout
+
+    def test_asyncio_postgres_cancellations_print_no_pool_warnings(
+        self, postgres_dsn: str, tmp_path: Path
+    ) -> None:
+        """The cancellation clauses on PostgreSQL under asyncio (statements cancelled on the
+        server, their connections closed) print nothing but certify's own progress line."""
+        done = agentlooptest(
+            "agentloopsql.testing:postgres",
+            *("--backend", "asyncio", "-k", "*.cancel.*"),
+            cwd=tmp_path,
+            dsn=postgres_dsn,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stderr.splitlines() == [
+            "certifying agentloopsql.testing:postgres under asyncio ..."
+        ]
+
+
+def test_pool_still_warns_about_a_connection_lost_by_accident(
+    postgres_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only connections the store closed on purpose lose the pool's warning; another
+    closed connection given back is still reported."""
+    import psycopg_pool
+
+    from agentloopsql._pg_exec import PgExecutor
+
+    with psycopg_pool.ConnectionPool(postgres_dsn, min_size=2, max_size=2, open=True) as pool:
+        PgExecutor(pool, None)  # type: ignore[arg-type]  # installs the filter; runs nothing
+        pool.wait()
+        lost, closed = pool.getconn(), pool.getconn()
+        with caplog.at_level("WARNING", logger="psycopg.pool"):
+            lost.close()
+            pool.putconn(lost)
+            _deliberately_close(closed)
+            pool.putconn(closed)
+    warned = [r.getMessage() for r in caplog.records if r.name == "psycopg.pool"]
+    assert len(warned) == 1
+    assert warned[0].startswith("discarding closed connection")
+    assert hex(id(lost))[2:] in warned[0].lower()
+
+
+def _deliberately_close(conn: object) -> None:
+    """What the executor does to a connection whose statement it cancelled."""
+    from agentloopsql import _pg_exec
+
+    _pg_exec._DISCARDS.close(conn)  # type: ignore[arg-type]
+
+
+class _PlainStore:
+    """A store with the two protocols and list_sessions only: no prune, no expire."""
+
+    def __init__(self) -> None:
+        import agentloopmem
+
+        self.inner = agentloopmem.MemoryStore()
+
+    async def append(self, step: object) -> None:
+        await self.inner.append(step)  # type: ignore[arg-type]
+
+    async def last_n(self, session_id: str, n: int) -> list[object]:
+        return list(await self.inner.last_n(session_id, n))
+
+    async def get(self, session_id: str) -> Session:
+        return await self.inner.get(session_id)
+
+    async def exists(self, session_id: str) -> bool:
+        return await self.inner.exists(session_id)
+
+    async def update_data(self, session_id: str, snapshot: str | None) -> None:
+        await self.inner.update_data(session_id, snapshot)
+
+    async def finalize(self, session_id: str, summary: object) -> None:
+        await self.inner.finalize(session_id, summary)  # type: ignore[arg-type]
+
+    async def list_sessions(self, *, limit: int = 100) -> list[object]:
+        return list(await self.inner.list_sessions(limit=limit))
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["prune", "sqlite:///x.db", "--keep-last", "5"],
+            "cannot prune steps (it has no prune_steps)",
+        ),
+        (["expire", "sqlite:///x.db", "--idle-for", "30d"], "cannot expire sessions (it has no"),
+        (["sessions", "sqlite:///x.db", "--label", "k=v"], "cannot filter sessions by label"),
+    ],
+)
+def test_a_store_lacking_a_capability_is_named(
+    argv: list[str],
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """prune, expire and a label filter on a store without the capability: exit 1, one line."""
+    from contextlib import asynccontextmanager
+
+    from agentloopsql import _cli
+
+    @asynccontextmanager
+    async def plain(url: StoreUrl, *, create: bool = False) -> AsyncIterator[object]:
+        yield _PlainStore()
+
+    monkeypatch.setattr(_cli, "opened", plain)
+    with pytest.raises(SystemExit) as exited:
+        _cli.main(argv)
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("agentloop: ")
+    assert message in err
