@@ -2,7 +2,8 @@
 
 Value types, the ``StepStore`` / ``SessionStore`` protocols with their optional
 capabilities, the errors stores raise, the step loop (``Loop``) with its
-model and tool seams, and moving sessions between stores (export, import, copy).
+model and tool seams, moving sessions between stores (export, import, copy), and
+a session's transcript as a person reads it (text or one HTML page).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from agentloop._protocols import (
     get_all,
 )
 from agentloop._tools import Tool, ToolContext, tool
+from agentloop._transcript import Transcript, transcript, transcript_html
 from agentloop._transfer import (
     TransferReport,
     copy_sessions,
@@ -139,6 +141,7 @@ __all__ = [
     "ToolCall",
     "ToolContext",
     "ToolSpec",
+    "Transcript",
     "TransferReport",
     "append_all",
     "copy_sessions",
@@ -148,6 +151,8 @@ __all__ = [
     "import_sessions",
     "run_whole",
     "tool",
+    "transcript",
+    "transcript_html",
     "validate_json",
     "validate_labels",
     "validate_n",

@@ -25,8 +25,10 @@ or ``cancel()`` before psycopg 3.2), repeating until the statement ends. A
 statement the server cancelled rolled back (each is one autocommit
 transaction), so its callers get the backend's cancellation and nothing
 happened; one that completed anyway is reported as done. The connection is
-then closed, not returned to the pool, so a late cancel request cannot hit a
-later statement.
+then closed, never reused, so a late cancel request cannot hit a later
+statement; it is given back closed, so the pool opens a replacement (without
+the warning psycopg_pool logs for a closed connection given back: that one is
+expected here).
 
 **What an error means**: only a lost connection, a timeout, a server going
 away or a server that is read-only for now (SQLSTATE 25006: a standby, or a
@@ -46,9 +48,11 @@ Imported only once psycopg is known to be installed.
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Self, TypeVar
@@ -399,6 +403,37 @@ class _Lost(Exception):
         self.cause = cause
 
 
+class _DeliberateDiscards(logging.Filter):
+    """Drops psycopg_pool's warning about a connection this module closed on purpose.
+
+    A connection whose statement was cancelled is closed, then given back to
+    the pool (``putconn``, its only public way back) so that the pool opens a
+    replacement. The pool logs every closed connection given back as a
+    warning ("discarding closed connection"), which here says nothing wrong;
+    it is dropped for those connections only. Any other connection the pool
+    finds closed (a real loss) still warns.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._closed: weakref.WeakSet[Conn] = weakref.WeakSet()
+        self._lock = threading.Lock()
+
+    def close(self, conn: Conn) -> None:
+        """Close ``conn`` on purpose: the pool's warning about it is dropped."""
+        with self._lock:
+            self._closed.add(conn)
+        conn.close()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        with self._lock:
+            return not any(isinstance(a, psycopg.Connection) and a in self._closed for a in args)
+
+
+_DISCARDS = _DeliberateDiscards()
+
+
 class PgExecutor:
     """Runs jobs for one store on its pool; see the module docstring."""
 
@@ -419,6 +454,7 @@ class PgExecutor:
         )
         self._lock = threading.Lock()
         self._running: dict[int, Running] = {}  # id(job) -> its batch, while it runs
+        logging.getLogger("psycopg.pool").addFilter(_DISCARDS)  # once: the same filter object
 
     def close(self) -> None:
         """Stop reconnecting and end the wait watch's thread (the workers have ended)."""
@@ -705,4 +741,4 @@ class PgExecutor:
                 assert run.done is not None
                 run.done.set()
                 cancelling.join()
-                conn.close()  # a late cancel request must not reach a later statement
+                _DISCARDS.close(conn)  # a late cancel request must not reach a later statement

@@ -67,6 +67,16 @@ def builtin_targets() -> dict[str, str]:
     return targets
 
 
+def skipped_builtins() -> dict[str, str]:
+    """The built-in stores ``agentlooptest certify`` leaves out, by name, and why."""
+    if not os.environ.get(PG_DSN_VARIABLE):
+        return {
+            "postgres": f"{PG_DSN_VARIABLE} is not set (set it to a PostgreSQL DSN, e.g. "
+            "postgresql://postgres@127.0.0.1/test, to certify PostgresStore)"
+        }
+    return {}
+
+
 class TargetError(Exception):
     """The target could not be loaded; the message is one line for the user."""
 
@@ -326,6 +336,8 @@ async def _run(args: argparse.Namespace) -> int:
     if args.pattern and not any(matches(c, args.pattern) for c in CLAUSES):
         print(f"agentlooptest: no clause id matches -k {args.pattern!r}", file=sys.stderr)
         return 2
+    for name, why in ({} if args.target else skipped_builtins()).items():
+        print(f"skipped {name}: {why}\n")
     reports: dict[str, Report] = {}
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 160
     for name, harness in harnesses.items():

@@ -289,13 +289,10 @@ async def test_ensure_session_prepares_foreign_keys() -> None:
 
 
 def test_readme_example_compiles() -> None:
-    """The README's pytest example is valid Python."""
-    from pathlib import Path
+    """The certify how-to's pytest example is valid Python."""
+    from _docs import block
 
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("## Certify your own store") :]
-    code = section[section.index("```python\n") + len("```python\n") :]
-    compile(code[: code.index("```")], "README.md", "exec")
+    compile(block("howto/certify.md"), "docs/howto/certify.md", "exec")
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The README's contract section stays in step with the clause list."""
+"""The contract's docs page (docs/howto/certify.md) stays in step with the clause list."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from agentlooptest import CLAUSES
 from agentlooptest._cli import clause_table, main
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parent.parent / "docs" / "howto" / "certify.md"
 
 
 def _readme_table() -> str:
@@ -22,7 +22,7 @@ def _readme_table() -> str:
 def test_readme_clause_table_matches_clause_list() -> None:
     """The README table is exactly `agentlooptest clauses --markdown` (regenerate it if not)."""
     assert _readme_table() == clause_table(), (
-        "README.md's clause table is stale: replace it with "
+        "docs/howto/certify.md's clause table is stale: replace it with "
         "`python -m agentlooptest clauses --markdown`"
     )
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from _docs import block
 from _sql_support import SqlTarget, fresh_schema
 
 from agentloop import RunStep, StepType
@@ -158,13 +158,9 @@ async def test_paused_holder_writes_nothing_after_takeover(
 
 
 def test_readme_example_runs() -> None:
-    """The README's "Several workers on one store" example runs and prints what it says."""
-    readme = Path(REPO) / "README.md"
-    section = readme.read_text(encoding="utf-8").split("## Several workers on one store", 1)[1]
-    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert match is not None, "the section has no python code block"
+    """The "Several workers on one store" how-to's example runs and prints what it says."""
     done = subprocess.run(
-        [sys.executable, "-W", "error", "-c", match.group(1)],
+        [sys.executable, "-W", "error", "-c", block("howto/workers.md")],
         cwd=REPO,  # this checkout's packages, not an installed copy
         capture_output=True,
         text=True,

@@ -9,7 +9,6 @@ import sys
 import threading
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import anyio
 import attrs
@@ -17,6 +16,7 @@ import pytest
 import trio
 import trio.lowlevel
 import trio.testing
+from _docs import ROOT, block
 from _lease_kit import T0, FakeClock
 
 from agentloop import (
@@ -562,16 +562,12 @@ async def test_fenced_finalize_refused_names_the_tokens() -> None:
 
 
 def test_readme_example_runs() -> None:
-    """The README's in-memory lease example runs and prints what its comments say."""
-    readme = Path(__file__).resolve().parent.parent / "README.md"
-    section = readme.read_text(encoding="utf-8").split("### Session leases in memory", 1)[1]
-    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert match is not None, "the section has no python code block"
-    code = match.group(1)
+    """The in-memory stores page's lease example runs and prints what its comments say."""
+    code = block("memory.md", "## Session leases in memory")
     expected = re.findall(r"print\(.*\)  # (.*)$", code, re.MULTILINE)
     done = subprocess.run(
         [sys.executable, "-W", "error", "-c", code],
-        cwd=readme.parent,  # this checkout's packages, not an installed copy
+        cwd=ROOT,  # this checkout's packages, not an installed copy
         capture_output=True,
         text=True,
         check=False,

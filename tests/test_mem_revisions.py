@@ -9,12 +9,12 @@ import threading
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from pathlib import Path
 
 import anyio
 import pytest
 import trio
 import trio.testing
+from _docs import ROOT, block
 
 from agentloop import (
     FinalizeSummary,
@@ -264,16 +264,12 @@ class TestFencedRevisions:
 
 
 def test_readme_example_runs() -> None:
-    """The README's revision example runs and prints what its comments say."""
-    readme = Path(__file__).resolve().parent.parent / "README.md"
-    section = readme.read_text(encoding="utf-8").split("### Batches and revision-checked", 1)[1]
-    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert match is not None, "the section has no python code block"
-    code = match.group(1)
+    """The in-memory stores page's revision example runs and prints what its comments say."""
+    code = block("memory.md", "## Batches and revision-checked writes")
     expected = re.findall(r"print\(.*\)  # (.*)$", code, re.MULTILINE)
     done = subprocess.run(
         [sys.executable, "-W", "error", "-c", code],
-        cwd=readme.parent,  # this checkout's packages, not an installed copy
+        cwd=ROOT,  # this checkout's packages, not an installed copy
         capture_output=True,
         text=True,
         check=False,

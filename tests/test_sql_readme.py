@@ -1,4 +1,4 @@
-"""The README's durable-store example runs and prints what its comments say."""
+"""The durable-stores page's example runs and prints what its comments say."""
 
 from __future__ import annotations
 
@@ -8,15 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+from _docs import block
 
 
 def example() -> str:
-    """The first python code block of the README's "Durable stores" section."""
-    section = README.read_text(encoding="utf-8").split("## Durable stores", 1)[1]
-    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert match is not None, "the section has no python code block"
-    return match.group(1)
+    """The first python code block of docs/stores.md (opening a SqliteStore)."""
+    return block("stores.md")
 
 
 def test_durable_example_runs(tmp_path: Path) -> None:

@@ -1,0 +1,50 @@
+"""Sphinx configuration: Markdown pages (MyST) and a reference built from the docstrings.
+
+Build with ``sphinx-build -W -b html docs OUT`` after ``pip install -e '.[docs]'``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+project = "agentloop"
+author = "the agentloop maintainers"
+copyright = "the agentloop maintainers"
+
+extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon"]
+source_suffix = {".md": "markdown"}
+exclude_patterns = ["_build", "README.md"]
+root_doc = "index"
+
+myst_heading_anchors = 4
+autodoc_member_order = "bysource"
+autodoc_typehints = "signature"
+autodoc_default_options = {"members": True, "show-inheritance": False}
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+# The same short names (StepStore, SessionStore) are both a protocol in agentloop
+# and a class in agentloopmem; a signature naming one is ambiguous to Sphinx.
+suppress_warnings = ["ref.python"]
+
+# Pages other work adds are named in their toctrees; until a page exists, its
+# toctree line is left out, so the site builds (warning-free) with or without it.
+OPTIONAL_PAGES = ("cli", "postgres-failover")
+HERE = Path(__file__).resolve().parent
+
+
+def _drop_absent_pages(app: object, docname: str, source: list[str]) -> None:
+    absent = [page for page in OPTIONAL_PAGES if not (HERE / f"{page}.md").exists()]
+    lines = source[0].split("\n")
+    source[0] = "\n".join(line for line in lines if line.strip().removeprefix("../") not in absent)
+
+
+def setup(app: object) -> None:
+    """Register the hook that leaves absent optional pages out of the toctrees."""
+    app.connect("source-read", _drop_absent_pages)  # type: ignore[attr-defined]
+
+
+html_theme = "alabaster"
+html_title = "agentloop"
