@@ -497,10 +497,10 @@ def test_pool_still_warns_about_a_connection_lost_by_accident(
     closed connection given back is still reported."""
     import psycopg_pool
 
-    from agentloopsql._pg_exec import PgExecutor
+    from agentloopsql._pg_exec import PgExecutor, Reconnects
 
     with psycopg_pool.ConnectionPool(postgres_dsn, min_size=2, max_size=2, open=True) as pool:
-        PgExecutor(pool, None)  # type: ignore[arg-type]  # installs the filter; runs nothing
+        PgExecutor(pool, None, None, Reconnects(0.1))  # type: ignore[arg-type]  # installs the filter; runs nothing
         pool.wait()
         lost, closed = pool.getconn(), pool.getconn()
         with caplog.at_level("WARNING", logger="psycopg.pool"):
