@@ -51,6 +51,18 @@ class Lifecycle(Leased):
         self.labels: dict[str, dict[str, str]] = {}
         self.born: dict[str, int] = {}  # first-write order, what order="created" pages by
         self.token = secrets.token_hex(8)  # shared by second handles: the backend's
+        self.appended: dict[str, datetime] = {}  # what judges a session with steps only
+
+    async def append(self, step: RunStep) -> None:
+        """As ``GoodBoth.append``, stamping the session's latest append."""
+        await super().append(step)
+        self.appended[step.session_id] = datetime.now(UTC)
+
+    async def append_many(self, steps: list[RunStep]) -> None:
+        """As ``GoodBoth.append_many``, stamping each session's latest append."""
+        await super().append_many(steps)
+        for step in steps:
+            self.appended[step.session_id] = datetime.now(UTC)
 
     # -- the record-keeping every write goes through ----------------------------------------
 
@@ -239,8 +251,20 @@ class Lifecycle(Leased):
             if self.idle(r, cutoff) and self.may_expire(sid, now):
                 self.forget(sid)
                 gone.append(sid)
+        for sid in self.orphans(cutoff):
+            if len(gone) < limit and self.may_expire(sid, now):
+                self.forget(sid)
+                gone.append(sid)
         await self.leave()
         return gone
+
+    def orphans(self, cutoff: datetime) -> list[str]:
+        """Sessions with steps but no row whose newest step is older than ``cutoff``."""
+        return [
+            sid
+            for sid, rows in self.trace.steps.items()
+            if rows and sid not in self.records and self.appended[sid] < cutoff
+        ]
 
     # -- forks and restores -----------------------------------------------------------------
 
@@ -473,6 +497,13 @@ class ExpireByCreation(Lifecycle):
 
     def idle(self, r: _Record, cutoff: datetime) -> bool:
         return r.created < cutoff
+
+
+class ExpireRowsOnly(Lifecycle):
+    """expire_sessions walks the session rows only: steps without a row stay forever."""
+
+    def orphans(self, cutoff: datetime) -> list[str]:
+        return []
 
 
 class ExpireLeased(Lifecycle):
