@@ -3,11 +3,12 @@ judged by their latest write, in batches of ``limit``, and never a leased one.""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
 
-from agentloop import LeaseLostError, StepStore, SupportsLease
+from agentloop import LeaseLostError, RunStep, StepStore, SupportsLease
 from agentlooptest._clause import Violation, clause, expect
 from agentlooptest._clauses.paging import has
 from agentlooptest._data import expect_data, expect_exists, step
@@ -100,24 +101,31 @@ async def _idle_only(h: Harness) -> None:
             raise Violation(did, "ValueError, nothing deleted", f"it returned {got!r}")
 
 
+def _now(session_id: str, index: int) -> RunStep:
+    """A step made now, as the loop makes them (its ``created_at`` is the append's time)."""
+    return step(session_id, index, created_at=datetime.now(UTC))
+
+
 @clause(
     "session.expire.steps-only",
     "on a store holding both, a session with steps but no session row expires when its "
     "newest step is older than idle_for, and only then",
     capability="expire_sessions",
     why=RETENTION,
-    hint="expiry walking the session rows only, or judging by the oldest step",
+    hint="expiry walking the session rows only (or stopping at the first young row before "
+    "it looks at steps), or judging by the oldest step",
 )
 async def _steps_only(h: Harness) -> None:
     async with open_sessions(h) as store:
-        if not isinstance(store, StepStore) or h.ensure_session is not None:
+        if not has(store, StepStore) or h.ensure_session is not None:
             return  # steps always have a session row here: idle-only covers them
         appends = Steps(h, store)
-        await appends.append_all([step("orphan", 0), step("orphan-late", 0)])
+        await appends.append_all([_now("orphan", 0), _now("orphan-late", 0)])
         await anyio.sleep(WAIT)
-        await appends.append(step("orphan-late", 1))
+        await appends.append(_now("orphan-late", 1))
+        await store.update_data("young", "{}")
         did = f"appended to 'orphan' and 'orphan-late' (no session rows), waited {WAIT}s, "
-        did += "appended to 'orphan-late' again, then expire_sessions"
+        did += "appended to 'orphan-late' again, wrote the session 'young', then expire_sessions"
         gone = await _expire(store, 1000, did)
         expect(gone == ["orphan"], did=did, expected="['orphan']", got=gone)
         left = await store.last_n("orphan", 10)
