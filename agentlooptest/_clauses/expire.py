@@ -14,7 +14,7 @@ from agentlooptest._clauses.paging import has
 from agentlooptest._data import expect_data, expect_exists, step
 from agentlooptest._harness import Harness, Steps, open_sessions
 
-IDLE = 0.25
+IDLE = 0.3
 """The ``idle_for`` the clauses expire with, in seconds."""
 
 WAIT = 0.35
