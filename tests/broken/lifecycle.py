@@ -15,6 +15,7 @@ import json
 import secrets
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import anyio
 
@@ -46,8 +47,8 @@ def _int(value: object, field: str, low: int) -> int:
 class Lifecycle(Leased):
     """A correct store with every capability, the session lifecycle included."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)  # a store built on a given clock passes it on
         self.labels: dict[str, dict[str, str]] = {}
         self.born: dict[str, int] = {}  # first-write order, what order="created" pages by
         self.token = secrets.token_hex(8)  # shared by second handles: the backend's
@@ -225,8 +226,14 @@ class Lifecycle(Leased):
         """Whether the session was last written before ``cutoff``."""
         return r.updated < cutoff
 
+    def lease_now(self) -> datetime:
+        """The time leases are judged by: the store's clock when it has one."""
+        clock = getattr(self, "clock", None)
+        return clock() if callable(clock) else datetime.now(UTC)
+
     def may_expire(self, session_id: str, now: datetime) -> bool:
         """No live lease; a lapsed one is taken over (a larger token) first."""
+        now = self.lease_now()
         held = self.leases.get(session_id)
         if held is None or held.released:
             return True
