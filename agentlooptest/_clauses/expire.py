@@ -3,17 +3,18 @@ judged by their latest write, in batches of ``limit``, and never a leased one.""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
 
-from agentloop import LeaseLostError, StepStore, SupportsLease
+from agentloop import LeaseLostError, RunStep, StepStore, SupportsLease
 from agentlooptest._clause import Violation, clause, expect
 from agentlooptest._clauses.paging import has
 from agentlooptest._data import expect_data, expect_exists, step
 from agentlooptest._harness import Harness, Steps, open_sessions
 
-IDLE = 0.25
+IDLE = 0.3
 """The ``idle_for`` the clauses expire with, in seconds."""
 
 WAIT = 0.35
@@ -56,7 +57,7 @@ async def _idle_only(h: Harness) -> None:
         await anyio.sleep(WAIT)
         await store.update_data("busy", '{"v": 2}')
         await store.update_data("new", '{"v": 3}')
-        did = f"wrote 10 sessions and 'busy', waited {WAIT}s, wrote 'busy' again and 'new'"
+        did = f"wrote {len(idle)} sessions and 'busy', waited {WAIT}s, wrote 'busy' again and 'new'"
         first = await _expire(store, 2, did + f", then expire_sessions(idle_for={IDLE}, limit=2)")
         rest: list[list[str]] = []
 
@@ -67,13 +68,20 @@ async def _idle_only(h: Harness) -> None:
             for _ in range(3):
                 tasks.start_soon(expire_rest)
         gone = first + [sid for ids in rest for sid in ids]
+        did += ", then expired with limit=2, then 3 calls at once with limit=1000"
         expect(
-            len(first) == 2 and sorted(gone) == sorted(idle),
-            did=did + ", then expired with limit=2, then 3 calls at once with limit=1000",
-            expected=f"2 ids, then the other 8 across the 3 calls: {sorted(idle)} once each",
+            len(gone) == len(set(gone)),
+            did=did,
+            expected="each session reported by one call only",
             got=f"{first!r}, then {rest!r}",
             hint="expiry that picks its sessions, then deletes them in a second round trip "
             "without checking it was the one that deleted each",
+        )
+        expect(
+            len(first) == 2 and sorted(gone) == sorted(idle),
+            did=did,
+            expected=f"2 ids, then the others across the 3 calls: {sorted(idle)}",
+            got=f"{first!r}, then {rest!r}",
         )
         for sid in idle:
             await expect_exists(store, sid, False, f"expired {sid!r}, then exists({sid!r})")
@@ -91,6 +99,40 @@ async def _idle_only(h: Harness) -> None:
             except (TypeError, ValueError):
                 continue
             raise Violation(did, "ValueError, nothing deleted", f"it returned {got!r}")
+
+
+def _now(session_id: str, index: int) -> RunStep:
+    """A step made now, as the loop makes them (its ``created_at`` is the append's time)."""
+    return step(session_id, index, created_at=datetime.now(UTC))
+
+
+@clause(
+    "session.expire.steps-only",
+    "on a store holding both, a session with steps but no session row expires when its "
+    "newest step is older than idle_for, and only then",
+    capability="expire_sessions",
+    why=RETENTION,
+    hint="expiry walking the session rows only (or stopping at the first young row before "
+    "it looks at steps), or judging by the oldest step",
+)
+async def _steps_only(h: Harness) -> None:
+    async with open_sessions(h) as store:
+        if not has(store, StepStore) or h.ensure_session is not None:
+            return  # steps always have a session row here: idle-only covers them
+        appends = Steps(h, store)
+        await appends.append_all([_now("orphan", 0), _now("orphan-late", 0)])
+        await anyio.sleep(WAIT)
+        await appends.append(_now("orphan-late", 1))
+        await store.update_data("young", "{}")
+        did = f"appended to 'orphan' and 'orphan-late' (no session rows), waited {WAIT}s, "
+        did += "appended to 'orphan-late' again, wrote the session 'young', then expire_sessions"
+        gone = await _expire(store, 1000, did)
+        expect(gone == ["orphan"], did=did, expected="['orphan']", got=gone)
+        left = await store.last_n("orphan", 10)
+        expect(left == [], did=did + ", then last_n('orphan', 10)", expected="[]", got=left)
+        late = await store.last_n("orphan-late", 10)
+        did += ", then last_n('orphan-late', 10)"
+        expect(len(late) == 2, did=did, expected="its 2 steps, kept", got=late)
 
 
 @clause(

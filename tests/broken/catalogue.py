@@ -256,6 +256,7 @@ CATALOGUE: tuple[Broken, ...] = (
     _lifecycle(lifecycle.StepsAfterOffByOne, "step.steps-after.ranges"),
     _lifecycle(lifecycle.ExpireByCreation, "session.expire.idle-only"),
     _lifecycle(lifecycle.ExpireTwice, "session.expire.idle-only"),
+    _lifecycle(lifecycle.ExpireRowsOnly, "session.expire.steps-only"),
     _lifecycle(lifecycle.ExpireLeased, "session.expire.leased"),
     _lifecycle(lifecycle.ForkKeepsSummary, "session.fork.copies"),
     _lifecycle(lifecycle.ForkSharesSteps, "session.fork.isolation"),

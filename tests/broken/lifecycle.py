@@ -15,6 +15,7 @@ import json
 import secrets
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import anyio
 
@@ -46,11 +47,23 @@ def _int(value: object, field: str, low: int) -> int:
 class Lifecycle(Leased):
     """A correct store with every capability, the session lifecycle included."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)  # a store built on a given clock passes it on
         self.labels: dict[str, dict[str, str]] = {}
         self.born: dict[str, int] = {}  # first-write order, what order="created" pages by
         self.token = secrets.token_hex(8)  # shared by second handles: the backend's
+        self.appended: dict[str, datetime] = {}  # what judges a session with steps only
+
+    async def append(self, step: RunStep) -> None:
+        """As ``GoodBoth.append``, stamping the session's latest append."""
+        await super().append(step)
+        self.appended[step.session_id] = datetime.now(UTC)
+
+    async def append_many(self, steps: list[RunStep]) -> None:
+        """As ``GoodBoth.append_many``, stamping each session's latest append."""
+        await super().append_many(steps)
+        for step in steps:
+            self.appended[step.session_id] = datetime.now(UTC)
 
     # -- the record-keeping every write goes through ----------------------------------------
 
@@ -213,8 +226,14 @@ class Lifecycle(Leased):
         """Whether the session was last written before ``cutoff``."""
         return r.updated < cutoff
 
+    def lease_now(self) -> datetime:
+        """The time leases are judged by: the store's clock when it has one."""
+        clock = getattr(self, "clock", None)
+        return clock() if callable(clock) else datetime.now(UTC)
+
     def may_expire(self, session_id: str, now: datetime) -> bool:
         """No live lease; a lapsed one is taken over (a larger token) first."""
+        now = self.lease_now()
         held = self.leases.get(session_id)
         if held is None or held.released:
             return True
@@ -239,8 +258,20 @@ class Lifecycle(Leased):
             if self.idle(r, cutoff) and self.may_expire(sid, now):
                 self.forget(sid)
                 gone.append(sid)
+        for sid in self.orphans(cutoff):
+            if len(gone) < limit and self.may_expire(sid, now):
+                self.forget(sid)
+                gone.append(sid)
         await self.leave()
         return gone
+
+    def orphans(self, cutoff: datetime) -> list[str]:
+        """Sessions with steps but no row whose newest step is older than ``cutoff``."""
+        return [
+            sid
+            for sid, rows in self.trace.steps.items()
+            if rows and sid not in self.records and self.appended[sid] < cutoff
+        ]
 
     # -- forks and restores -----------------------------------------------------------------
 
@@ -473,6 +504,13 @@ class ExpireByCreation(Lifecycle):
 
     def idle(self, r: _Record, cutoff: datetime) -> bool:
         return r.created < cutoff
+
+
+class ExpireRowsOnly(Lifecycle):
+    """expire_sessions walks the session rows only: steps without a row stay forever."""
+
+    def orphans(self, cutoff: datetime) -> list[str]:
+        return []
 
 
 class ExpireLeased(Lifecycle):
