@@ -396,7 +396,8 @@ class SqliteOps:
         cutoff = now - round(idle_for * 1_000_000)
         gone: list[str] = []
         after = -1
-        while len(gone) < limit:
+        walking = True  # until the walk meets a session written since the cutoff
+        while walking and len(gone) < limit:
             rows = conn.execute(
                 "SELECT write_seq, id, updated_us FROM sessions WHERE write_seq > ? "
                 "ORDER BY write_seq LIMIT 64",
@@ -406,7 +407,8 @@ class SqliteOps:
                 break
             for after, session_id, updated in rows:  # noqa: B007 - the walk's position
                 if updated >= cutoff:
-                    return self._expired(conn, gone)
+                    walking = False
+                    break
                 if _take_over_idle(conn, session_id, now):
                     self.delete_session(conn, session_id)
                     gone.append(session_id)

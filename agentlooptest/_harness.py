@@ -231,10 +231,21 @@ async def _memory_store() -> object:
     return MemoryStore()
 
 
+async def _memory_store_on(clock: Clock) -> object:
+    from agentloopmem import MemoryStore
+
+    return MemoryStore(clock)
+
+
 def memory_store_harness() -> Harness:
     """A ``Harness`` for ``agentloopmem.MemoryStore``: one object for both protocols, so the
-    one-object clauses (forks, whole-session deletes) run too; no ``reopen``."""
-    return Harness(new_step_store=_memory_store, new_session_store=_memory_store)
+    one-object clauses (forks, whole-session deletes) run too; no ``reopen``. It takes the
+    contract's clock, so lease expiry is checked at its exact boundaries."""
+    return Harness(
+        new_step_store=_memory_store,
+        new_session_store=_memory_store,
+        new_session_store_with_clock=_memory_store_on,
+    )
 
 
 CLOSE_TIMEOUT = 30.0

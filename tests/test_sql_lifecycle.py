@@ -599,3 +599,19 @@ class TestCancellation:
         assert (dict(info.labels), await store.revision("s")) == ({"k": "v"}, revision)
         assert len(await store.all("s")) == 3
         assert not await store.exists("copy")
+
+
+async def test_sqlite_expires_step_only_sessions_while_a_recent_session_exists(
+    tmp_path: Path,
+) -> None:
+    """A session with steps but no row expires even when a recently written session stops
+    the walk over session rows."""
+    store = await SqliteStore.open(str(tmp_path / "x.db"))
+    try:
+        await store.append(RunStep("orphan", 0, "user", content="hi"))
+        await anyio.sleep(0.3)
+        await store.update_data("young", "{}")
+        assert await store.expire_sessions(idle_for=0.2) == ["orphan"]
+        assert await store.exists("young")
+    finally:
+        await store.aclose()

@@ -34,7 +34,7 @@ def good_harness() -> Harness:
         new_step_store=_factory(lifecycle.Lifecycle),
         new_session_store=_factory(lifecycle.Lifecycle),
         reopen=variations.second_handle,
-        new_session_store_with_clock=_clocked_factory(leases.Leased),
+        new_session_store_with_clock=_clocked_factory(lifecycle.Lifecycle),
     )
 
 

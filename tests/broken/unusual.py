@@ -19,7 +19,7 @@ import sniffio
 from agentloop import RunStep, StoreClosedError
 
 from ._good import GoodSteps
-from .leases import Leased
+from .lifecycle import Lifecycle
 
 
 async def raise_if_cancelled() -> None:
@@ -42,7 +42,7 @@ class _QuietSteps(GoodSteps):
         """Nothing: the call never suspends."""
 
 
-class NeverSuspends(Leased):
+class NeverSuspends(Lifecycle):
     """Every call does its work without suspending (an in-process store, a synchronous
     driver): a cancellation already requested raises at the start, nothing else yields.
 
@@ -72,7 +72,7 @@ CHUNK = 64
 """Steps :class:`ChunkedBatches` writes per round trip of one batch."""
 
 
-class ChunkedBatches(Leased):
+class ChunkedBatches(Lifecycle):
     """append_many sends a long batch in chunks of 64 steps, yielding between chunks,
     inside one transaction: the batch is applied whole once every chunk went out, and
     a cancellation between chunks rolls the transaction back (nothing of it stored)."""
