@@ -129,7 +129,7 @@ async def test_a_failing_cleanup_fails_the_clause_saying_so() -> None:
 def test_cleanup_must_be_callable() -> None:
     """A cleanup that is not callable is refused by field name."""
     with pytest.raises(TypeError, match="cleanup must be an async callable"):
-        Harness(new_step_store=GoodBoth, cleanup="drop")  # type: ignore[arg-type]
+        _harness("drop")
 
 
 def test_the_sqlite_harness_leaves_no_files() -> None:

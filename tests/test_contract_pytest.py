@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -236,5 +237,5 @@ def test_expected_failures_are_xfail_and_strict(tmp_path: Path) -> None:
         "oldest_first or unknown_session_empty",
     )
     assert run.returncode == 1, run.stdout
-    assert "1 failed, 36 deselected, 1 xfailed" in run.stdout, run.stdout
+    assert re.search(r"\b1 failed, \d+ deselected, 1 xfailed\b", run.stdout), run.stdout
     assert "expected to fail but passed" in run.stdout
