@@ -29,22 +29,5 @@ napoleon_numpy_docstring = False
 # and a class in agentloopmem; a signature naming one is ambiguous to Sphinx.
 suppress_warnings = ["ref.python"]
 
-# Pages other work adds are named in their toctrees; until a page exists, its
-# toctree line is left out, so the site builds (warning-free) with or without it.
-OPTIONAL_PAGES = ("cli", "postgres-failover")
-HERE = Path(__file__).resolve().parent
-
-
-def _drop_absent_pages(app: object, docname: str, source: list[str]) -> None:
-    absent = [page for page in OPTIONAL_PAGES if not (HERE / f"{page}.md").exists()]
-    lines = source[0].split("\n")
-    source[0] = "\n".join(line for line in lines if line.strip().removeprefix("../") not in absent)
-
-
-def setup(app: object) -> None:
-    """Register the hook that leaves absent optional pages out of the toctrees."""
-    app.connect("source-read", _drop_absent_pages)  # type: ignore[attr-defined]
-
-
 html_theme = "alabaster"
 html_title = "agentloop"

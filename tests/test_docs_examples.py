@@ -44,6 +44,7 @@ EXAMPLES = {
     "howto/certify.md": 3,
     "howto/postgres.md": 1,
     "howto/retention.md": 1,
+    "howto/lifecycle.md": 1,
 }
 
 
@@ -127,6 +128,13 @@ def test_readme_eval_snippet_passes(tmp_path: Path) -> None:
 def test_retention_example_prints_what_it_says(tmp_path: Path) -> None:
     """The retention how-to's example runs and prints what its comments say."""
     code = block("howto/retention.md")
+    assert _run(code, tmp_path) == printed(code) != []
+
+
+def test_lifecycle_example_prints_what_it_says(tmp_path: Path) -> None:
+    """The lifecycle how-to's example (paging, labels, a fork, export into SQLite) prints
+    what its comments say."""
+    code = block("howto/lifecycle.md")
     assert _run(code, tmp_path) == printed(code) != []
 
 
