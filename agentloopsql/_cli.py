@@ -410,7 +410,7 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 
 
 def parse_duration(text: str) -> tuple[float, str]:
-    """The seconds in a duration such as ``30d``, ``12h``, ``90s`` or ``1h30m`` (units s, m,
+    """The seconds in a duration such as ``7d``, ``12h``, ``90s`` or ``1h30m`` (units s, m,
     h, d, w), and the text itself.
 
     Raises:
@@ -419,7 +419,7 @@ def parse_duration(text: str) -> tuple[float, str]:
     parts = _DURATION.findall(text)
     if not parts or "".join(number + unit for number, unit in parts) != text:
         raise argparse.ArgumentTypeError(
-            f"must be a duration such as 30d, 12h, 90s or 1h30m, got {text!r}"
+            f"must be a duration such as 7d, 12h, 90s or 1h30m, got {text!r}"
         )
     seconds = sum(float(number) * _UNITS[unit] for number, unit in parts)
     if seconds <= 0:

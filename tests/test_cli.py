@@ -585,3 +585,14 @@ def test_a_store_lacking_a_capability_is_named(
     assert err.count("\n") == 1
     assert err.startswith("agentloop: ")
     assert message in err
+
+
+def test_schema_option_is_the_url_parameter(pg_url: str, tmp_path: Path) -> None:
+    """--schema NAME reads the same store as ?schema=NAME; libpq never sees the parameter."""
+    seed(parse_store_url(pg_url), tmp_path, sessions=1)
+    dsn, _, schema = pg_url.rpartition("schema=")
+    by_query = agentloop("sessions", pg_url, "--json", cwd=tmp_path)
+    by_option = agentloop("sessions", dsn.rstrip("?&"), "--schema", schema, "--json", cwd=tmp_path)
+    assert by_query.returncode == by_option.returncode == 0, by_query.stderr + by_option.stderr
+    assert [i["id"] for i in json.loads(by_option.stdout)] == ["user-0"]
+    assert by_option.stdout == by_query.stdout
