@@ -56,7 +56,7 @@ def _fixed_base(monkeypatch: pytest.MonkeyPatch, token: str) -> str:
 
 def test_rows_name_every_measure_and_end_each_with_the_reference() -> None:
     """Per measure: one "vs" row per peer (target >= 1), then the raw psycopg reference,
-    printed as raw time / our time and never judged."""
+    printed as raw time / our time: judged (>= 0.7) for reads only."""
     raw = _peers_pg.Raw(UNREACHABLE, "unused")
     try:
         ours, lang = _Named("ours"), _Named("LangGraph AsyncPostgresSaver (x 1)")
@@ -78,7 +78,14 @@ def test_rows_name_every_measure_and_end_each_with_the_reference() -> None:
     assert {(row.ratio, row.low, row.high, row.target) for row in rows[::2]} == {
         (2.5, 2.0, 3.0, ">= 1")
     }
-    assert {(row.ratio, row.ok) for row in rows[1::2]} == {(0.375, True)}
+    reference = {(row.name.split(" @")[0], row.ratio, row.ok) for row in rows[1::2]}
+    assert reference == {
+        ("postgres append", 0.375, True),
+        ("postgres newest-20 read", 0.375, False),
+        ("postgres 2 concurrent appenders, 8 appends", 0.375, True),
+        ("postgres 4 concurrent appenders, 8 appends", 0.375, True),
+    }
+    assert {row.target for row in rows[1::2] if "read" in row.name} == {">= 0.7"}
 
 
 def test_a_missing_postgres_peer_is_named_with_every_package_it_needs(
