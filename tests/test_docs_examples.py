@@ -33,6 +33,7 @@ RUN_ELSEWHERE = {
     "howto/asyncio.md": "test_examples.py",
     "howto/workers.md": "test_lease_processes.py",
     "howto/certify.md": "test_contract_api.py (compiled) and test_certify_snippets_compile",
+    "postgres-failover.md": "test_pg_failover.py (a real primary and standby); compiled here",
 }
 EXAMPLES = {
     "README.md": 2,
@@ -45,6 +46,7 @@ EXAMPLES = {
     "howto/postgres.md": 1,
     "howto/retention.md": 1,
     "howto/lifecycle.md": 1,
+    "postgres-failover.md": 1,
 }
 
 
@@ -171,10 +173,21 @@ def test_postgres_example_prints_what_it_says(postgres_dsn: str, tmp_path: Path)
 def test_one_line_snippets_compile() -> None:
     """The snippets that are not whole programs are at least valid Python."""
     snippets = [python_blocks("stores.md")[1], *python_blocks("howto/certify.md")]
+    snippets += python_blocks("postgres-failover.md")
     for number, code in enumerate(snippets):
         # A snippet awaiting at top level is compiled as the body of a coroutine.
         body = "async def _():\n" + "".join(f"    {line}\n" for line in code.splitlines())
         compile(code if "await" not in code else body, f"snippet {number}", "exec")
+
+
+def test_failover_snippet_names_real_open_parameters() -> None:
+    """The failover page's PostgresStore.open call uses only parameters open has."""
+    import inspect
+
+    [code] = python_blocks("postgres-failover.md")
+    named = set(re.findall(r"^\s*(\w+)=", code, re.MULTILINE))
+    assert named
+    assert named <= set(inspect.signature(agentloopsql.PostgresStore.open).parameters)
 
 
 @pytest.mark.parametrize(
