@@ -73,7 +73,7 @@ class Loop:
     ``agentloopmem.StepStore``, not a subclass). Runs of one session are
     then exclusive across loops and processes sharing the store. Without
     leases, only runs on this ``Loop`` are kept apart. See "Several workers on
-    one store" in the README.
+    one store" (docs/howto/workers.md).
 
     A ``Loop`` runs under trio or asyncio (anyio's two backends), and belongs
     to one event loop at a time (runs waiting for a session wait on that loop's events).

@@ -622,7 +622,7 @@ class SqliteStore(SqlStore[sqlite3.Connection]):
     (``busy_timeout`` 0): a read that would wait, or fails, goes to the
     connection thread instead. Both
     are short indexed reads; their cost grows with the bytes of the steps
-    read (see the README for the measured worst case).
+    read (see docs/stores.md for the measured worst case).
 
     SQLite never loses its connection mid-call, so no outcome is ever unknown.
 
@@ -691,7 +691,7 @@ class SqliteStore(SqlStore[sqlite3.Connection]):
         it was. ``verify=True`` also runs ``PRAGMA quick_check`` first and
         refuses a damaged file; it reads the whole file (about 1 ms per MB
         from the OS page cache, plus the disk reads of a cold file; see the
-        README), so it is off by default.
+        docs/stores.md), so it is off by default.
 
         Raises:
             TypeError: ``path`` is not a str or path; a bad

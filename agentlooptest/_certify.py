@@ -153,7 +153,7 @@ class Report:
         return f"NOT CERTIFIED: {counts}; broken: {ids}{more}"
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict, the shape the README's "Report formats" documents.
+        """A JSON-ready dict, the shape docs/howto/certify.md's "Report formats" documents.
 
         ``version`` (:data:`REPORT_VERSION`), ``ok``, ``level``, ``pattern``,
         ``verdict``, ``duration``, ``capabilities``, ``notes`` and ``results``
@@ -390,7 +390,7 @@ async def certify(
     glob, when it holds ``*``, ``?`` or ``[``). ``on_start(clause, i, total)``
     and ``on_result(result)`` are called around each clause (progress
     display). A clause that runs longer than ``clause_timeout`` seconds fails as
-    hung, also when the store spins without awaiting (see the README's
+    hung, also when the store spins without awaiting (see docs/howto/certify.md's
     "Timeouts" for what is out of reach). The harness's ``cleanup`` runs after
     each clause and once at the end, also when the run is interrupted; a
     failure of that last one is in the report's ``notes``.

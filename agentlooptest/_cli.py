@@ -200,7 +200,7 @@ def _parser() -> argparse.ArgumentParser:
         help=f"fail a clause still running after SECONDS as hung (default {CLAUSE_TIMEOUT:g})",
     )
     lst = sub.add_parser("clauses", help="list the clauses")
-    lst.add_argument("--markdown", action="store_true", help="as the README's markdown table")
+    lst.add_argument("--markdown", action="store_true", help="as a markdown table (as in the docs)")
     lst.add_argument(
         "--where",
         action="store_true",
@@ -245,7 +245,7 @@ def _writable(path: Path | None, option: str) -> str | None:
 
 
 def clause_table(clauses: tuple[Clause, ...] = CLAUSES) -> str:
-    """The markdown table of clause ids, capability and title (the README carries it)."""
+    """The markdown table of clause ids, capability and title (docs/howto/certify.md carries it)."""
     lines = ["| clause | needs | promise |", "|---|---|---|"]
     for c in clauses:
         lines.append(f"| `{c.id}` | {c.capability or 'base'} | {c.title} |")

@@ -1,6 +1,6 @@
 """Our SQL stores' ``steps`` table as the raw-driver floors write and read it.
 
-The statements are written here from the documented schema (the README's
+The statements are written here from the documented schema (docs/stores.md's
 "Schema" section), not taken from ``agentloopsql``: a floor is what the bare
 driver does with the same table, whatever the store's code looks like inside.
 A PostgreSQL row carries a random 63-bit ``append_key`` as the store's rows do

@@ -30,6 +30,7 @@ napoleon_numpy_docstring = False
 # and a class in agentloopmem; a signature naming one is ambiguous to Sphinx.
 suppress_warnings = ["ref.python"]
 
+
 def _protocol_signature(
     app: object, what: str, name: str, obj: object, options: object, signature: str, ret: str
 ) -> tuple[str, str] | None:
