@@ -23,8 +23,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -71,13 +70,33 @@ async def _best(repeats: int, run: Callable[[], Awaitable[object]]) -> float:
     return min([await _timed(run) for _ in range(repeats)])
 
 
-async def seed_in_memory(store: MemoryStore, count: int) -> None:
-    """``count`` sessions, every tenth labelled ``team=a``, written through the store."""
-    for n in range(count):
-        if n % 10 == 0:
-            await store.set_labels(f"s{n:07d}", {"team": "a"})
-        else:
-            await store.update_data(f"s{n:07d}", None)
+@attrs.frozen
+class Target:
+    """A store under measure: how to seed it with sessions, and how idle "idle" is.
+
+    ``seed(prefix, count)`` writes ``count`` sessions (every tenth labelled
+    ``team=a``) that are idle for ``idle_for`` seconds once ``wait`` seconds
+    have passed.
+    """
+
+    name: str
+    store: Any
+    seed: Callable[[str, int], Awaitable[None]]
+    idle_for: float
+    wait: float
+
+
+def memory_target(store: MemoryStore) -> Target:
+    """The in-memory store, seeded through its own calls (it has no tables to fill)."""
+
+    async def seed(prefix: str, count: int) -> None:
+        for n in range(count):
+            if n % 10 == 0:
+                await store.set_labels(f"{prefix}{n:07d}", {"team": "a"})
+            else:
+                await store.update_data(f"{prefix}{n:07d}", None)
+
+    return Target("mem", store, seed, idle_for=0.05, wait=0.1)
 
 
 async def _deep_cursor(store: SupportsPaging, labels: dict[str, str] | None) -> str | None:
@@ -125,20 +144,16 @@ async def prune_row(name: str, store: Any) -> Row:
     )
 
 
-async def _idle_sessions(store: Any, prefix: str, count: int) -> None:
-    for n in range(count):
-        await store.update_data(f"{prefix}{n:06d}", None)
-
-
-async def expire_row(name: str, store: Any, idle_wait: float) -> Row:
+async def expire_row(target: Target) -> Row:
     """Expiring EXPIRE_SESSIONS idle sessions against deleting as many one by one."""
-    await _idle_sessions(store, "del", EXPIRE_SESSIONS)
+    name, store = target.name, target.store
+    await target.seed("del", EXPIRE_SESSIONS)
     deleted = await _timed(
-        lambda: _each(store.delete_session, [f"del{n:06d}" for n in range(EXPIRE_SESSIONS)])
+        lambda: _each(store.delete_session, [f"del{n:07d}" for n in range(EXPIRE_SESSIONS)])
     )
-    await _idle_sessions(store, "exp", EXPIRE_SESSIONS)
-    await trio.sleep(idle_wait * 2)
-    expired = await _timed(lambda: _expire_all(store, idle_wait))
+    await target.seed("exp", EXPIRE_SESSIONS)
+    await trio.sleep(target.wait)
+    expired = await _timed(lambda: _expire_all(store, target.idle_for))
     return Row(
         f"{name}: expire / delete_session",
         f"{EXPIRE_SESSIONS:,} idle sessions ({expired / EXPIRE_SESSIONS * 1e6:.1f} us/session)",
@@ -159,16 +174,17 @@ async def _expire_all(store: SupportsExpire, idle_for: float) -> int:
     return total
 
 
-async def stall_row(name: str, store: Any, idle_wait: float) -> Row:
+async def stall_row(target: Target) -> Row:
     """The longest append while STALL_SESSIONS idle sessions are expired, against the median."""
-    await _idle_sessions(store, "stall", STALL_SESSIONS)
-    await trio.sleep(idle_wait * 2)
+    name, store = target.name, target.store
+    await target.seed("stall", STALL_SESSIONS)
+    await trio.sleep(target.wait)
     latencies: list[float] = []
     async with trio.open_nursery() as nursery:
         done = trio.Event()
 
         async def expire() -> None:
-            await _expire_all(store, idle_wait)
+            await _expire_all(store, target.idle_for)
             done.set()
 
         nursery.start_soon(expire)
@@ -248,37 +264,38 @@ async def transfer_rows(name: str, store: Any, directory: str) -> list[Row]:
     ]
 
 
-async def store_rows(
-    name: str, store: Any, seed: Seeder, directory: str, idle_wait: float
-) -> list[Row]:
+async def store_rows(target: Target, directory: str) -> list[Row]:
     """Every lifecycle row this store supports, measured on it."""
     rows: list[Row] = []
+    name, store = target.name, target.store
     if isinstance(store, SupportsPrune):
         rows.append(await prune_row(name, store))
     if isinstance(store, SupportsExpire):
-        rows.append(await expire_row(name, store, idle_wait))
-        rows.append(await stall_row(name, store, idle_wait))
+        rows.append(await expire_row(target))
+        rows.append(await stall_row(target))
     rows.extend(await transfer_rows(name, store, directory))
     if isinstance(store, SupportsPaging):
-        await seed(store, SESSIONS)
+        await target.seed("s", SESSIONS)
         rows.extend(await paging_rows(name, store))
     return rows
 
 
-@asynccontextmanager
-async def _memory() -> AsyncIterator[MemoryStore]:
-    store = MemoryStore()
-    try:
-        yield store
-    finally:
-        await store.aclose()
-
-
 async def _all_rows() -> list[Row]:
+    from bench import _life_sql
+
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="agentloop-bench-life-") as directory:
-        async with _memory() as store:
-            rows.extend(await store_rows("mem", store, seed_in_memory, directory, 0.05))
+        store = MemoryStore()
+        try:
+            rows.extend(await store_rows(memory_target(store), directory))
+        finally:
+            await store.aclose()
+        async with _life_sql.sqlite_target(directory) as target:
+            rows.extend(await store_rows(target, directory))
+        dsn = os.environ.get("AGENTLOOP_PG_DSN", "")
+        if dsn:
+            async with _life_sql.postgres_target(dsn) as target:
+                rows.extend(await store_rows(target, directory))
     return rows
 
 
