@@ -236,5 +236,6 @@ def test_expected_failures_are_xfail_and_strict(tmp_path: Path) -> None:
         "oldest_first or unknown_session_empty",
     )
     assert run.returncode == 1, run.stdout
-    assert "1 failed, 36 deselected, 1 xfailed" in run.stdout, run.stdout
+    assert " 1 failed, " in run.stdout, run.stdout
+    assert " 1 xfailed in " in run.stdout
     assert "expected to fail but passed" in run.stdout
