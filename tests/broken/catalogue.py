@@ -344,3 +344,12 @@ CATALOGUE = (
     _steps(varied.AppendManyAfterClose, "step.closed"),
     _sessions(varied.LeaseCallsAfterClose, "session.closed"),
 )
+
+CATALOGUE = (
+    *CATALOGUE,
+    Broken(
+        "varied.ReopenSortsByTime: a reopened handle reads rows ORDER BY created_at",
+        "step.durable",
+        Harness(new_step_store=_factory(varied.ReopenSortsByTime), reopen=varied.reopen_sorted),
+    ),
+)

@@ -167,3 +167,24 @@ class LeaseCallsAfterClose(Leased):
         self.check(session_id, owner, ttl)
         await anyio.lowlevel.checkpoint()
         return self.grant(session_id, owner, ttl)
+
+
+class ReopenSortsByTime(GoodSteps):
+    """A handle opened onto existing rows loads them ORDER BY created_at, step_index (the
+    handle that wrote them keeps insertion order in memory)."""
+
+    sorted_reads = False
+
+    def window(self, steps: list[RunStep], n: int) -> list[RunStep]:
+        if self.sorted_reads:
+            steps = sorted(steps, key=lambda x: (x.created_at, x.step_index))
+        return super().window(steps, n)
+
+
+async def reopen_sorted(store: ReopenSortsByTime) -> ReopenSortsByTime:
+    """A second handle onto ``store``'s rows, reading them as :class:`ReopenSortsByTime` does."""
+    other = type(store).__new__(type(store))
+    other.__dict__.update(store.__dict__)
+    other.closed = False
+    other.sorted_reads = True
+    return other
