@@ -352,4 +352,5 @@ CATALOGUE = (
         "step.durable",
         Harness(new_step_store=_factory(varied.ReopenSortsByTime), reopen=varied.reopen_sorted),
     ),
+    _sessions(varied.HalfCloses, "session.closed.cancel"),
 )

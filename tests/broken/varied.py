@@ -11,7 +11,14 @@ import unicodedata
 import anyio
 import anyio.lowlevel
 
-from agentloop import Lease, LeaseLostError, RunStep, Session, validate_session_id
+from agentloop import (
+    Lease,
+    LeaseLostError,
+    RunStep,
+    Session,
+    StoreClosedError,
+    validate_session_id,
+)
 
 from ._good import GoodSessions, GoodSteps
 from .leases import Leased, _Held
@@ -188,3 +195,22 @@ async def reopen_sorted(store: ReopenSortsByTime) -> ReopenSortsByTime:
     other.closed = False
     other.sorted_reads = True
     return other
+
+
+class HalfCloses(GoodSessions):
+    """aclose closes the writer, then (a checkpoint later) the readers: cancelled in
+    between, writes are refused while reads still answer."""
+
+    writes_closed = False
+
+    async def aclose(self) -> None:
+        await anyio.lowlevel.checkpoint()
+        self.writes_closed = True
+        await anyio.lowlevel.checkpoint()  # the reader pool's close
+        self.closed = True
+
+    async def update_data(self, session_id: str, snapshot: str | None) -> None:
+        if self.writes_closed:
+            await self.enter()
+            raise StoreClosedError("the writer is closed")
+        await super().update_data(session_id, snapshot)
