@@ -353,4 +353,6 @@ CATALOGUE = (
         Harness(new_step_store=_factory(varied.ReopenSortsByTime), reopen=varied.reopen_sorted),
     ),
     _sessions(varied.HalfCloses, "session.closed.cancel"),
+    _steps(varied.ClipsAtOneMiB, "step.roundtrip.large-content"),
+    _steps(varied.AllFirstPage, "step.window.long-history"),
 )

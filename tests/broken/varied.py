@@ -10,6 +10,7 @@ import unicodedata
 
 import anyio
 import anyio.lowlevel
+import attrs
 
 from agentloop import (
     Lease,
@@ -214,3 +215,18 @@ class HalfCloses(GoodSessions):
             await self.enter()
             raise StoreClosedError("the writer is closed")
         await super().update_data(session_id, snapshot)
+
+
+class ClipsAtOneMiB(GoodSteps):
+    """Content is kept to its first 1 MiB of UTF-8 (a byte-sized column or value cap)."""
+
+    def stored(self, step: RunStep) -> RunStep:
+        kept = step.content.encode()[: 2**20].decode(errors="ignore")
+        return attrs.evolve(step, content=kept)
+
+
+class AllFirstPage(GoodSteps):
+    """all() returns the first page of 1,000 rows of a long session."""
+
+    async def all(self, session_id: str) -> list[RunStep]:
+        return (await super().all(session_id))[:1000]
