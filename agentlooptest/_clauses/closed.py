@@ -12,7 +12,7 @@ from agentloop import Session, StepStore, StoreClosedError
 from agentlooptest._cancel import Points, cancel_at
 from agentlooptest._clause import Violation, clause, expect, expect_closed
 from agentlooptest._data import DONE, seed_session, step
-from agentlooptest._harness import Harness, open_sessions, open_steps
+from agentlooptest._harness import Harness, Steps, open_sessions, open_steps
 
 
 @clause(
@@ -118,6 +118,8 @@ async def _session_closed_cancel(h: Harness) -> None:
     for point in points:
         async with open_sessions(h) as store:
             await seed_session(store, "s")
+            if isinstance(store, StepStore):
+                await Steps(h, store).ensure("s")  # a session row first, where steps need one
             done = await cancel_at(store.aclose, point)
             points.finished(done)
             calls = [("get('s')", partial(store.get, "s"))]
