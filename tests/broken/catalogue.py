@@ -355,4 +355,5 @@ CATALOGUE = (
     _sessions(varied.HalfCloses, "session.closed.cancel"),
     _steps(varied.ClipsAtOneMiB, "step.roundtrip.large-content"),
     _steps(varied.AllFirstPage, "step.window.long-history"),
+    _two_handles(varied.FenceApartOnNewerWrites, "session.fenced.race"),
 )

@@ -7,6 +7,7 @@ Each passes the clauses as they were before that variation.
 from __future__ import annotations
 
 import unicodedata
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -22,7 +23,7 @@ from agentloop import (
 )
 
 from ._good import GoodSessions, GoodSteps
-from .leases import Leased, _Held
+from .leases import Fenced, Leased, _Held
 
 CHUNK = 64
 
@@ -230,3 +231,32 @@ class AllFirstPage(GoodSteps):
 
     async def all(self, session_id: str) -> list[RunStep]:
         return (await super().all(session_id))[:1000]
+
+
+class _NewerWritesFencedApart(Fenced):
+    """Fences update_data and append in the write; put, update_data_if and append_many
+    check, then send the write in another round trip."""
+
+    async def put(self, session: Session) -> None:
+        await self.guard(getattr(session, "id", ""))
+        await anyio.sleep(0.01)
+        await self.store.put(session)
+
+    async def update_data_if(self, session_id: str, snapshot: str | None, revision: int) -> int:
+        await self.guard(session_id)
+        await anyio.sleep(0.01)
+        return await self.store.update_data_if(session_id, snapshot, revision)
+
+    async def append_many(self, steps: list[RunStep]) -> None:
+        for step in list(steps):
+            await self.guard(step.session_id)
+        await anyio.sleep(0.01)
+        await self.store.append_many(steps)
+
+
+class FenceApartOnNewerWrites(Leased):
+    """The fence and the write are one statement for update_data and append only; the
+    newer writes check the lease first and write in a second statement."""
+
+    def fenced(self, lease: Lease) -> Any:
+        return _NewerWritesFencedApart(self, lease)
