@@ -17,7 +17,7 @@ from broken._good import GoodBoth
 from broken.steps import NewestFirst
 
 from agentloopsql import testing
-from agentlooptest import Harness, certify
+from agentlooptest import Harness, certify, memory_harness
 
 
 class _Tracked(GoodBoth):
@@ -129,7 +129,7 @@ async def test_a_failing_cleanup_fails_the_clause_saying_so() -> None:
 def test_cleanup_must_be_callable() -> None:
     """A cleanup that is not callable is refused by field name."""
     with pytest.raises(TypeError, match="cleanup must be an async callable"):
-        _harness("drop")
+        Harness(new_step_store=memory_harness().new_step_store, cleanup="drop")  # type: ignore[arg-type]
 
 
 def test_the_sqlite_harness_leaves_no_files() -> None:

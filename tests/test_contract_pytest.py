@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import textwrap
@@ -237,5 +236,6 @@ def test_expected_failures_are_xfail_and_strict(tmp_path: Path) -> None:
         "oldest_first or unknown_session_empty",
     )
     assert run.returncode == 1, run.stdout
-    assert re.search(r"\b1 failed, \d+ deselected, 1 xfailed\b", run.stdout), run.stdout
+    assert " 1 failed, " in run.stdout, run.stdout
+    assert " 1 xfailed in " in run.stdout
     assert "expected to fail but passed" in run.stdout

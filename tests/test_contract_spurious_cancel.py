@@ -304,3 +304,23 @@ def test_a_group_of_cancellations_from_the_store_fails_its_clause() -> None:
     [result] = report.results
     assert result.outcome == "failed"
     assert "raised CancelledError, although nothing cancelled it" in result.message
+
+
+class SwallowsInBatch(GoodBoth):
+    """``append_many`` swallows a ``CancelledError`` and appends anyway (a client library
+    reading its reply to the end)."""
+
+    async def append_many(self, steps: list[RunStep]) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0)
+        await super().append_many(steps)
+
+
+def test_a_batch_swallowing_task_cancel_fails_the_batch_cancel_clause() -> None:
+    """Task.cancel() is tried against append_many too, not only append."""
+    report = certify_asyncio(harness_of(SwallowsInBatch), "step.append-many.cancel")
+    result = report.result("step.append-many.cancel")
+    assert result.outcome == "failed"
+    assert "append_many of 4 steps" in result.message
+    assert "Task.cancel()" in result.message
+    assert "the cancellation was never delivered" in result.message

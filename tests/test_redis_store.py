@@ -320,15 +320,14 @@ async def test_certified_under_asyncio_by_certify() -> None:
 
 
 async def test_broken_twin_fails_exactly_its_clause() -> None:
-    """The twin fails step.append-many.cancel and passes every other step clause.
+    """The twin fails the two append-many cancel clauses and passes every other step clause.
 
     Only the step clauses run: the twin's session store is the certified one.
     """
     run = new_run()
     report = await certify(broken_harness(run), pattern="step.")
     assert {r.id for r in report.failed} == EXPECTED_FAILURES
-    [failure] = report.failed
-    assert "cancelled after" in failure.message
+    assert all("cancelled after" in failure.message for failure in report.failed)
     family = {r.id for r in report.passed if r.id.startswith("step.append-many.")}
     assert family == {f"step.append-many.{name}" for name in ("order", "atomic", "durable")}
     assert len(report.passed) > 20

@@ -14,7 +14,8 @@ from typing import Any
 import anyio
 
 from agentloop import RunStep, Session, SupportsAppendMany
-from agentlooptest._cancel import Points, cancel_at, still_usable
+from agentloop._shared import on_trio
+from agentlooptest._cancel import Points, cancel_at, native_cancel_at, still_usable
 from agentlooptest._clause import Violation, clause, expect
 from agentlooptest._data import (
     describe,
@@ -149,6 +150,28 @@ async def _append_many_cancel(h: Harness) -> None:
                 expected="all 4 steps" if done else "all 4 steps or none of them",
                 got=f"{describe(got_a)} and {describe(got_b)}",
             )
+        if not on_trio():
+            await _task_cancel_batch(s)
+
+
+async def _task_cancel_batch(s: Steps) -> None:
+    """Under asyncio, the same with a native ``Task.cancel()`` (no anyio scope re-delivers it)."""
+    points = Points()
+    for point in points:
+        sid = f"task-cancel-batch-{point}"
+        await s.ensure(sid)
+        batch = [step(sid, i) for i in range(4)]
+        did = f"append_many of 4 steps to {sid!r}"
+        done = await native_cancel_at(partial(s.store.append_many, batch), point, did)
+        points.finished(done)
+        got = await still_usable(f"last_n({sid!r}, 10)", partial(s.last_n, sid, 10))
+        allowed = [batch] if done else [[], batch]
+        expect(
+            any(same_steps(want, got) for want in allowed),
+            did=f"{did}, Task.cancel() at its suspension #{point + 1}, then last_n",
+            expected=" or ".join(describe(want) for want in allowed) + ", whole",
+            got=describe(got),
+        )
 
 
 LONG_BATCH = 1500

@@ -1,5 +1,6 @@
 """``step.closed``, ``session.closed`` (capability ``aclose``): a closed store refuses every
-call with ``StoreClosedError``, and ``aclose`` is idempotent.
+call with ``StoreClosedError``, and ``aclose`` is idempotent; an ``aclose``
+cancelled halfway leaves the store open or closed, never half closed.
 """
 
 from __future__ import annotations
@@ -7,10 +8,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from functools import partial
 
-from agentloop import Session
-from agentlooptest._clause import Violation, clause, expect_closed
+from agentloop import Session, StepStore, StoreClosedError
+from agentlooptest._cancel import Points, cancel_at
+from agentlooptest._clause import Violation, clause, expect, expect_closed
 from agentlooptest._data import DONE, seed_session, step
-from agentlooptest._harness import Harness, open_sessions, open_steps
+from agentlooptest._harness import Harness, Steps, open_sessions, open_steps
 
 
 @clause(
@@ -98,3 +100,54 @@ async def _session_closed(h: Harness) -> None:
                 "no error (aclose is idempotent)",
                 f"{type(exc).__name__}: {exc}",
             ) from None
+
+
+@clause(
+    "session.closed.cancel",
+    "aclose cancelled at each checkpoint leaves the store open or closed, never half closed",
+    capability="aclose",
+    why=(
+        "a shutdown cancelled halfway (a second Ctrl-C, a deadline) must leave a store that "
+        "either still works or refuses every call: one that refuses writes but answers reads "
+        "loses the writes a retry makes"
+    ),
+    hint="aclose closing its parts one after another with a checkpoint between them",
+)
+async def _session_closed_cancel(h: Harness) -> None:
+    points = Points()
+    for point in points:
+        async with open_sessions(h) as store:
+            await seed_session(store, "s")
+            if isinstance(store, StepStore):
+                await Steps(h, store).ensure("s")  # a session row first, where steps need one
+            done = await cancel_at(store.aclose, point)
+            points.finished(done)
+            calls = [("get('s')", partial(store.get, "s"))]
+            calls += [("update_data('s', '{}')", partial(store.update_data, "s", "{}"))]
+            if isinstance(store, StepStore):
+                calls += [("append(<a step>)", partial(store.append, step("s", 7)))]
+            outcomes = [(what, await _closed_or_not(call)) for what, call in calls]
+            kinds = {closed for _, closed in outcomes}
+            did = f"aclose() cancelled after {point} checkpoint(s), then " + ", ".join(
+                what for what, _ in outcomes
+            )
+            expect(
+                kinds == {True} if done else len(kinds) == 1,
+                did=did + (" (aclose returned)" if done else ""),
+                expected="every call refused with StoreClosedError"
+                if done
+                else "every call to work (still open) or every one refused (closed)",
+                got=", ".join(
+                    f"{what}: {'StoreClosedError' if closed else 'worked'}"
+                    for what, closed in outcomes
+                ),
+            )
+
+
+async def _closed_or_not(call: Callable[[], Awaitable[object]]) -> bool:
+    """Whether ``call`` raised ``StoreClosedError`` (any other error propagates)."""
+    try:
+        await call()
+    except StoreClosedError:
+        return True
+    return False

@@ -9,11 +9,13 @@ The batches and revisions have their own durability clauses,
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from agentloop import FinalizeSummary, RunStatus, RunStep, Session
 from agentlooptest._clause import clause, expect
 from agentlooptest._data import (
+    T0,
     describe,
     expect_data,
     expect_exists,
@@ -59,6 +61,27 @@ async def _steps_durable(h: Harness) -> None:
         )
         async with reopened(h, s.store) as other:
             await _stale_step_caches(s, other, more)
+        await _order_after_reopen(h, s)
+
+
+async def _order_after_reopen(h: Harness, s: Steps) -> None:
+    """Steps whose indices and times both disagree with insertion: a second handle that
+    reads them back sorted by either shows another history."""
+    skewed = [
+        step("z", index, created_at=T0 - timedelta(seconds=k))
+        for k, index in enumerate((3, 1, 2, 0, 1))
+    ]
+    await s.append_all(skewed)
+    async with reopened(h, s.store) as other:
+        got = await other.last_n("z", 10)
+        expect(
+            same_steps(skewed, got),
+            did="appended 'z' steps with indices 3, 1, 2, 0, 1 and created_at going back a "
+            "second each, then last_n('z', 10) on reopen()",
+            expected=describe(skewed) + ", in insertion order",
+            got=describe(got),
+            hint="a handle that loads rows ORDER BY step_index or created_at, not by insertion",
+        )
 
 
 STALE = "a per-process or per-handle cache that another handle's writes never invalidate"

@@ -890,8 +890,29 @@ async def _checkpoints(count: int) -> None:
         await anyio.lowlevel.checkpoint()
 
 
+_RACED = ("update_data", "append", "put", "update_data_if", "append_many")
+"""The fenced writes ``session.fenced.race`` races against a takeover (each the view has)."""
+
+
+async def _late_write(view: Any, sid: str, op: str) -> None:
+    """The old holder's write ``op`` of :data:`LATE` to ``sid`` through its ``view``."""
+    if op == "append":
+        await view.append(step(sid, 1, content=LATE))
+    elif op == "append_many":
+        await view.append_many([step(sid, 1, content=LATE), step(sid, 2, content=LATE)])
+    elif op == "put":
+        await view.put(Session(sid, "model-late", "", LATE))
+    elif op == "update_data_if":
+        await view.update_data_if(sid, LATE, await view.revision(sid))
+    else:
+        await view.update_data(sid, LATE)
+
+
 async def _shows_late(store: Any, view: Any, sid: str, op: str) -> bool:
-    if op == "append":  # steps read through the view when the store is not a StepStore
+    if op in (
+        "append",
+        "append_many",
+    ):  # steps read through the view when the store is not a StepStore
         steps = store if isinstance(store, StepStore) else view
         return any(s.content == LATE for s in await steps.last_n(sid, 10))
     return json_equal(LATE, (await store.get(sid)).data)
@@ -911,10 +932,7 @@ async def _race_once(store: Any, view: Any, sid: str, op: str, delay: int) -> No
     async def old_holder() -> None:
         await _checkpoints(-delay)
         try:
-            if op == "append":
-                await view.append(step(sid, 1, content=LATE))
-            else:
-                await view.update_data(sid, LATE)
+            await _late_write(view, sid, op)
         except LeaseLostError:
             outcome.append("raised LeaseLostError")
         else:
@@ -984,12 +1002,14 @@ async def _fenced_race(h: Harness) -> None:
     async with open_sessions(h) as store:
         trials: list[tuple[Any, str, str, int]] = []
         for delay in DELAYS:
-            for op in ("update_data", "append"):
+            for op in _RACED:
                 sid = f"race-{op}-{delay}"
                 await store.update_data(sid, '{"writer": "seed"}')
                 lease = await acquire(store, sid, fresh_owner("a"), SHORT_TTL, "acquire_lease")
                 view = store.fenced(lease)
-                if op == "append":
+                if not hasattr(view, op):
+                    continue
+                if op in ("append", "append_many"):
                     if not isinstance(view, StepStore):
                         continue
                     await Steps(h, store).ensure(sid)

@@ -241,6 +241,15 @@ async def _long_history(h: Harness) -> None:
                 expected=indices(want),
                 got=indices(got),
             )
+        if hasattr(s.store, "all"):
+            got = await s.store.all("long")
+            expect(
+                same_steps(sent, got),
+                did="appended steps 0..4999 to session 'long', then all('long')",
+                expected=indices(sent),
+                got=indices(got),
+                hint="all() answered from its first page of rows",
+            )
 
 
 _INT_FIELDS = ("step_index", "duration_ms", "prompt_tokens", "completion_tokens")
@@ -393,7 +402,7 @@ async def _control(h: Harness) -> None:
 
 @clause(
     "step.roundtrip.large-content",
-    "1 MiB of content (ASCII and multi-byte) survives exactly",
+    "1 MiB of content (ASCII, and over 2 MiB of multi-byte UTF-8) survives exactly",
     why=(
         "tool results can be large (files, pages); a store that truncates them feeds the "
         "model a cut-off result with no sign of the cut"
@@ -402,7 +411,7 @@ async def _control(h: Harness) -> None:
 async def _large(h: Harness) -> None:
     async with open_steps(h) as s:
         ascii_mib = "".join(f"line {i:07d}\n" for i in range(2**20 // 13 + 1))[: 2**20]
-        wide_mib = "é中🧪" * (2**20 // 9)
+        wide_mib = "é中🧪" * (2**21 // 9 + 1)  # 2 MiB + 9 bytes: past a 1 or 2 MiB byte cap
         # tool_args too: a write tool's arguments carry whole files.
         big_args = json.dumps({"path": "notes.txt", "content": ascii_mib[: 2**20 - 40]})
         sent = [
@@ -410,7 +419,7 @@ async def _large(h: Harness) -> None:
             step("big", 1, content=wide_mib),
             step("big", 2, step_type=StepType.tool_call, tool_args=big_args),
         ]
-        await _round_trip(s, sent, "1 MiB ASCII, 1 MiB of multi-byte UTF-8, 1 MiB of tool_args")
+        await _round_trip(s, sent, "1 MiB ASCII, 2 MiB of multi-byte UTF-8, 1 MiB of tool_args")
 
 
 async def _ids_round_trip(h: Harness, ids: tuple[str, ...], what: str) -> None:

@@ -380,3 +380,16 @@ CATALOGUE = (
     _steps(varied.AppendManyAfterClose, "step.closed"),
     _sessions(varied.LeaseCallsAfterClose, "session.closed"),
 )
+
+CATALOGUE = (
+    *CATALOGUE,
+    Broken(
+        "varied.ReopenSortsByTime: a reopened handle reads rows ORDER BY created_at",
+        "step.durable",
+        Harness(new_step_store=_factory(varied.ReopenSortsByTime), reopen=varied.reopen_sorted),
+    ),
+    _sessions(varied.HalfCloses, "session.closed.cancel"),
+    _steps(varied.ClipsAtOneMiB, "step.roundtrip.large-content"),
+    _steps(varied.AllFirstPage, "step.window.long-history"),
+    _two_handles(varied.FenceApartOnNewerWrites, "session.fenced.race"),
+)

@@ -7,14 +7,23 @@ Each passes the clauses as they were before that variation.
 from __future__ import annotations
 
 import unicodedata
+from typing import Any
 
 import anyio
 import anyio.lowlevel
+import attrs
 
-from agentloop import Lease, LeaseLostError, RunStep, Session, validate_session_id
+from agentloop import (
+    Lease,
+    LeaseLostError,
+    RunStep,
+    Session,
+    StoreClosedError,
+    validate_session_id,
+)
 
 from ._good import GoodSessions, GoodSteps
-from .leases import Leased, _Held
+from .leases import Fenced, Leased, _Held
 
 CHUNK = 64
 
@@ -167,3 +176,87 @@ class LeaseCallsAfterClose(Leased):
         self.check(session_id, owner, ttl)
         await anyio.lowlevel.checkpoint()
         return self.grant(session_id, owner, ttl)
+
+
+class ReopenSortsByTime(GoodSteps):
+    """A handle opened onto existing rows loads them ORDER BY created_at, step_index (the
+    handle that wrote them keeps insertion order in memory)."""
+
+    sorted_reads = False
+
+    def window(self, steps: list[RunStep], n: int) -> list[RunStep]:
+        if self.sorted_reads:
+            steps = sorted(steps, key=lambda x: (x.created_at, x.step_index))
+        return super().window(steps, n)
+
+
+async def reopen_sorted(store: ReopenSortsByTime) -> ReopenSortsByTime:
+    """A second handle onto ``store``'s rows, reading them as :class:`ReopenSortsByTime` does."""
+    other = type(store).__new__(type(store))
+    other.__dict__.update(store.__dict__)
+    other.closed = False
+    other.sorted_reads = True
+    return other
+
+
+class HalfCloses(GoodSessions):
+    """aclose closes the writer, then (a checkpoint later) the readers: cancelled in
+    between, writes are refused while reads still answer."""
+
+    writes_closed = False
+
+    async def aclose(self) -> None:
+        await anyio.lowlevel.checkpoint()
+        self.writes_closed = True
+        await anyio.lowlevel.checkpoint()  # the reader pool's close
+        self.closed = True
+
+    async def update_data(self, session_id: str, snapshot: str | None) -> None:
+        if self.writes_closed:
+            await self.enter()
+            raise StoreClosedError("the writer is closed")
+        await super().update_data(session_id, snapshot)
+
+
+class ClipsAtOneMiB(GoodSteps):
+    """Content is kept to its first 1 MiB of UTF-8 (a byte-sized column or value cap)."""
+
+    def stored(self, step: RunStep) -> RunStep:
+        kept = step.content.encode()[: 2**20].decode(errors="ignore")
+        return attrs.evolve(step, content=kept)
+
+
+class AllFirstPage(GoodSteps):
+    """all() returns the first page of 1,000 rows of a long session."""
+
+    async def all(self, session_id: str) -> list[RunStep]:
+        return (await super().all(session_id))[:1000]
+
+
+class _NewerWritesFencedApart(Fenced):
+    """Fences update_data and append in the write; put, update_data_if and append_many
+    check, then send the write in another round trip."""
+
+    async def put(self, session: Session) -> None:
+        await self.guard(getattr(session, "id", ""))
+        await anyio.sleep(0.01)
+        await self.store.put(session)
+
+    async def update_data_if(self, session_id: str, snapshot: str | None, revision: int) -> int:
+        await self.guard(session_id)
+        await anyio.sleep(0.01)
+        return await self.store.update_data_if(session_id, snapshot, revision)
+
+    async def append_many(self, steps: list[RunStep]) -> None:
+        for step in list(steps):
+            await self.guard(step.session_id)
+        await anyio.sleep(0.01)
+        await self.store.append_many(steps)
+
+
+class FenceApartOnNewerWrites(Leased):
+    """The fence and the write are one statement for update_data and append only; the
+    newer writes check the lease first and write in a second statement."""
+
+    def fenced(self, lease: Lease) -> Any:
+        return _NewerWritesFencedApart(self, lease)

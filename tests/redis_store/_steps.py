@@ -67,7 +67,8 @@ class RedisStepStore(RedisBase):
         validate_n(n)
         validate_session_id(session_id)
         key = self._key("steps", session_id)
-        raw: list[str] = await self._call(lambda: self._redis.lrange(key, -n, -1))
+        start = -min(n, 2**62)  # LRANGE takes signed 64-bit indexes; no list is that long
+        raw: list[str] = await self._call(lambda: self._redis.lrange(key, start, -1))
         return [decode_step(session_id, text) for text in raw]
 
     async def all(self, session_id: str) -> list[RunStep]:
