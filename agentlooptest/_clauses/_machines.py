@@ -45,7 +45,14 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from agentloop import FinalizeSummary, RunStatus, RunStep, Session, StepType
+from agentloop import (
+    FinalizeSummary,
+    RevisionConflictError,
+    RunStatus,
+    RunStep,
+    Session,
+    StepType,
+)
 from agentloop._shared import on_trio
 from agentlooptest._cancel import spurious_cancel
 from agentlooptest._clause import Violation
@@ -387,6 +394,31 @@ class StepMachine(RuleBasedStateMachine):
         for k in range(count):
             self.append(sid, StepType.tool_result, f"run step {k}", k, -k)
 
+    @precondition(lambda self: hasattr(self.steps.store, "append_many"))
+    @rule(sid=STEP_IDS, indices=st.lists(st.integers(0, 2), min_size=1, max_size=5))
+    def append_many(self, sid: str, indices: list[int]) -> None:
+        """Append a batch whose step indices repeat: every step kept, in order."""
+        batch = []
+        for index in indices:
+            self.counter += 1
+            batch.append(RunStep(sid, index, StepType.tool_call, f"#{self.counter} batch"))
+        call(self.steps.ensure, sid)
+        call(self.steps.store.append_many, batch)
+        self.model.setdefault(sid, []).extend(batch)
+
+    @precondition(lambda self: hasattr(self.steps.store, "prune_steps"))
+    @rule(sid=STEP_IDS, keep=st.integers(1, 4), chance=st.integers(0, 3))
+    def prune_steps(self, sid: str, keep: int, chance: int) -> None:
+        """Pruning keeps the newest ``keep`` steps and says how many went (now and then)."""
+        if chance:
+            return
+        got = call(partial(self.steps.store.prune_steps, sid, keep_last=keep))
+        held = self.model.get(sid, [])
+        want = max(0, len(held) - keep)
+        if sid in self.model:
+            self.model[sid] = held[-keep:]
+        diverged(got == want, f"prune_steps({sid!r}, keep_last={keep})", got, want)
+
     @rule(sid=STEP_IDS, n=st.integers(1, 10))
     def last_n(self, sid: str, n: int) -> None:
         """The store's window equals the model's."""
@@ -435,6 +467,7 @@ class SessionMachine(RuleBasedStateMachine):
         self.finals: dict[str, FinalizeSummary] = {}
         self.totals: dict[str, int] = {}
         self.recency: list[str] = []  # most recently written first
+        self.revisions: dict[str, int] = {}  # the largest revision each session showed
 
     def teardown(self) -> None:
         """Close the example's store."""
@@ -475,6 +508,31 @@ class SessionMachine(RuleBasedStateMachine):
         call(self.store.put, session)
         self._wrote(sid)
         self.sessions[sid] = session
+
+    @precondition(lambda self: hasattr(self.store, "update_data_if"))
+    @rule(sid=IDS, doc=DOCS, stale=st.booleans())
+    def update_data_if(self, sid: str, doc: str | None, stale: bool) -> None:
+        """A revision-checked write: applied at the current revision, refused at any other;
+        revisions only grow, across deletes too."""
+        revision = call(self.store.revision, sid)
+        seen = self.revisions.get(sid, 0)
+        diverged(revision >= seen, f"revision({sid!r})", revision, f">= {seen} (seen before)")
+        if stale:
+            refused = raises(
+                RevisionConflictError, self.store.update_data_if, sid, doc, revision + 1
+            )
+            diverged(
+                refused,
+                f"update_data_if({sid!r}, ..., {revision + 1})",
+                "no error",
+                "RevisionConflictError",
+            )
+            return
+        new = call(self.store.update_data_if, sid, doc, revision)
+        diverged(new > revision, f"update_data_if({sid!r}, ..., {revision})", new, f"> {revision}")
+        self.revisions[sid] = new
+        old = self._wrote(sid)
+        self.sessions[sid] = Session(sid, old.model, old.system_prompt, doc)
 
     @rule(sid=IDS)
     def get(self, sid: str) -> None:

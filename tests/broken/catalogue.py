@@ -252,6 +252,7 @@ CATALOGUE: tuple[Broken, ...] = (
     _lifecycle(lifecycle.PruneRenumbers, "step.prune.keeps-newest"),
     _lifecycle(lifecycle.PruneEveryone, "step.prune.keeps-newest"),
     _lifecycle(lifecycle.PruneZeroClears, "step.prune.bad-input"),
+    _lifecycle(lifecycle.PruneCountsShort, "step.model-based"),
     _lifecycle(lifecycle.PruneOneByOne, "step.prune.cancel"),
     _lifecycle(lifecycle.StepsAfterOffByOne, "step.steps-after.ranges"),
     _lifecycle(lifecycle.ExpireByCreation, "session.expire.idle-only"),

@@ -452,6 +452,16 @@ class PruneRenumbers(Lifecycle):
         ]
 
 
+class PruneCountsShort(Lifecycle):
+    """prune_steps reports count - keep_last as removed: negative for a short session (the
+    model-based programs prune sessions of every length)."""
+
+    async def prune_steps(self, session_id: str, *, keep_last: int) -> int:
+        held = len(self.trace.steps.get(session_id, []))
+        await super().prune_steps(session_id, keep_last=keep_last)
+        return held - keep_last
+
+
 class PruneZeroClears(Lifecycle):
     """prune_steps(keep_last=0) is taken at its word: every step goes."""
 
