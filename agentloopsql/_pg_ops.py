@@ -186,9 +186,12 @@ _LIFECYCLE = {
         "SELECT s.id, j.key, j.value, s.write_seq, s.created_seq FROM {s}.sessions AS s, "
         "jsonb_each_text(s.labels::jsonb) AS j WHERE s.id = %s"
     ),
+    # The skipped steps are counted in the (session_id, seq) index alone (an index-only
+    # scan), never fetched: a range deep into a long session costs about one near its start.
     "steps_after": (
-        f"SELECT {_STEP_COLUMNS} FROM {{s}}.steps WHERE session_id = %s ORDER BY seq "
-        "LIMIT %s OFFSET %s"
+        f"SELECT {_STEP_COLUMNS} FROM {{s}}.steps WHERE session_id = %(id)s AND seq >= "
+        "(SELECT seq FROM {s}.steps WHERE session_id = %(id)s ORDER BY seq LIMIT 1 "
+        "OFFSET %(after)s) ORDER BY seq LIMIT %(limit)s"
     ),
     "prune": (
         "DELETE FROM {s}.steps WHERE session_id = %(id)s AND seq < (SELECT seq FROM {s}.steps "
@@ -499,7 +502,8 @@ class PgOps:
         return conn.execute(self.q["prune"], {"id": session_id, "skip": keep - 1}).rowcount
 
     def steps_after(self, conn: Conn, session_id: str, after: int, limit: int) -> list[RunStep]:
-        rows = conn.execute(self.q["steps_after"], (session_id, limit, after)).fetchall()
+        params = {"id": session_id, "after": after, "limit": limit}
+        rows = conn.execute(self.q["steps_after"], params).fetchall()
         return [_step(session_id, row) for row in rows]
 
     def _held_anything(self, conn: Conn, session_id: str) -> bool:

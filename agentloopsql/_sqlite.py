@@ -127,8 +127,11 @@ _LABEL_ROWS = (
     "SELECT s.id, j.key, j.value, s.write_seq, s.created_seq FROM sessions AS s, "
     "json_each(s.labels) AS j WHERE s.id = ?"
 )
+# The skipped steps are counted in the (session_id, seq) index alone, never read: a range
+# deep into a long session costs about what one near its start does.
 _STEPS_AFTER = (
-    f"SELECT {READ_COLUMNS} FROM steps WHERE session_id = ? ORDER BY seq LIMIT ? OFFSET ?"
+    f"SELECT {READ_COLUMNS} FROM steps WHERE session_id = ?1 AND seq >= (SELECT seq FROM steps "
+    "WHERE session_id = ?1 ORDER BY seq LIMIT 1 OFFSET ?3) ORDER BY seq LIMIT ?2"
 )
 # Everything but the newest ?2 + 1 steps... of the session: the seq of its (?2 + 1)-th newest.
 _PRUNE = (
