@@ -19,6 +19,8 @@ newest-20 read against the peers.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -104,16 +106,27 @@ def final_from_row(row: tuple[Any, ...]) -> FinalizeSummary | None:
 
 
 def info(
-    session_id: str, status: str | None, total: int, created: datetime, updated: datetime
+    session_id: str,
+    status: str | None,
+    total: int,
+    created: datetime,
+    updated: datetime,
+    labels: str = "{}",
 ) -> SessionInfo:
-    """One ``list_sessions`` row."""
+    """One ``list_sessions`` row; ``labels`` is the stored JSON text (:func:`labels_text`)."""
     return SessionInfo(
         id=session_id,
         status=RunStatus(status) if status is not None else None,
         step_count=total,
         created_at=created,
         updated_at=updated,
+        labels=json.loads(labels) if labels != "{}" else {},
     )
+
+
+def labels_text(labels: Mapping[str, str]) -> str:
+    """Labels as the canonical JSON text the ``labels`` columns hold (keys sorted)."""
+    return json.dumps(dict(sorted(labels.items())), ensure_ascii=False, separators=(",", ":"))
 
 
 _KINDS = {kind.value: kind for kind in StepType}

@@ -27,7 +27,7 @@ from agentloop import FinalizeSummary, Lease, LeaseLostError, RunStep, Session, 
 from agentloop._shared import check_fence, check_granted, check_renewable, preview
 from agentloopsql import _codec
 from agentloopsql._pg_schema import render
-from agentloopsql._store import Grant
+from agentloopsql._store import Grant, taken, unknown_source
 
 Conn = psycopg.Connection[Any]
 
@@ -55,14 +55,14 @@ _QUERIES = {
     "exists": "SELECT 1 FROM {s}.sessions WHERE id = %s",
     "update_data": (
         "INSERT INTO {s}.sessions (id, system_prompt, data, created_at, updated_at, write_seq) "
-        "VALUES (%(id)s, '', %(data)s::jsonb, %(now)s, %(now)s, nextval('{s}.session_writes')) "
+        "VALUES (%(id)s, '', %(data)s::jsonb, now(), now(), nextval('{s}.session_writes')) "
         "ON CONFLICT (id) DO UPDATE SET data = EXCLUDED.data, "
         "updated_at = EXCLUDED.updated_at, write_seq = EXCLUDED.write_seq"
     ),
     "put": (
         "INSERT INTO {s}.sessions (id, model, system_prompt, system_prompt_nul, data, "
         "created_at, updated_at, write_seq) VALUES (%(id)s, %(model)s, %(prompt)s, "
-        "%(prompt_nul)s, %(data)s::jsonb, %(now)s, %(now)s, nextval('{s}.session_writes')) "
+        "%(prompt_nul)s, %(data)s::jsonb, now(), now(), nextval('{s}.session_writes')) "
         "ON CONFLICT (id) DO UPDATE SET model = EXCLUDED.model, "
         "system_prompt = EXCLUDED.system_prompt, system_prompt_nul = EXCLUDED.system_prompt_nul, "
         "data = EXCLUDED.data, updated_at = EXCLUDED.updated_at, write_seq = EXCLUDED.write_seq"
@@ -74,7 +74,7 @@ _QUERIES = {
         "ON CONFLICT DO NOTHING RETURNING 1) "
         f"INSERT INTO {{s}}.sessions (id, system_prompt, {_FINAL}, final_key, step_total, "
         "created_at, updated_at, write_seq) SELECT %s, '', %s, %s, %s, %s, %s, %s, %s, %s, "
-        "%s, %s, nextval('{s}.session_writes') WHERE EXISTS (SELECT 1 FROM fresh) "
+        "now(), now(), nextval('{s}.session_writes') WHERE EXISTS (SELECT 1 FROM fresh) "
         "ON CONFLICT (id) DO UPDATE SET "
         + ", ".join(f"{column} = EXCLUDED.{column}" for column in _codec.FINAL_COLUMNS)
         + ", final_key = EXCLUDED.final_key, "
@@ -84,16 +84,18 @@ _QUERIES = {
     "finalize_landed": "SELECT 1 FROM {s}.finalize_keys WHERE session_id = %s AND key = %s",
     "final": f"SELECT {_FINAL} FROM {{s}}.sessions WHERE id = %s",
     "list_sessions": (
-        "SELECT id, final_status, step_total, created_at, updated_at FROM {s}.sessions "
-        "ORDER BY write_seq DESC LIMIT %s"
+        "SELECT write_seq, id, final_status, step_total, created_at, updated_at, labels "
+        "FROM {s}.sessions ORDER BY write_seq DESC LIMIT %s"
     ),
-    # The deleted session's revision is kept as its floor (see agentloopsql._store).
+    # The deleted session's floor is a fresh write number: its revision grows
+    # (see agentloopsql._store), so a stale update_data_if fails after a delete.
     "delete_session": (
         "WITH gone_keys AS (DELETE FROM {s}.finalize_keys WHERE session_id = %(id)s), "
+        "gone_labels AS (DELETE FROM {s}.session_labels WHERE session_id = %(id)s), "
         "gone_steps AS (DELETE FROM {s}.steps WHERE session_id = %(id)s RETURNING 1), "
         "gone_session AS (DELETE FROM {s}.sessions WHERE id = %(id)s RETURNING id, write_seq), "
         "floor AS (INSERT INTO {s}.revision_floors (session_id, revision) "
-        "SELECT id, write_seq FROM gone_session "
+        "SELECT id, nextval('{s}.session_writes') FROM gone_session "
         "ON CONFLICT (session_id) DO UPDATE SET revision = EXCLUDED.revision) "
         "SELECT (SELECT count(*) FROM gone_steps) + (SELECT count(*) FROM gone_session)"
     ),
@@ -110,7 +112,7 @@ _QUERIES = {
         "WITH cur AS (SELECT coalesce((SELECT write_seq FROM {s}.sessions WHERE id = %(id)s), "
         "(SELECT revision FROM {s}.revision_floors WHERE session_id = %(id)s), 0) AS rev) "
         "INSERT INTO {s}.sessions AS row (id, system_prompt, data, created_at, updated_at, "
-        "write_seq) SELECT %(id)s, '', %(data)s::jsonb, %(now)s, %(now)s, "
+        "write_seq) SELECT %(id)s, '', %(data)s::jsonb, now(), now(), "
         "nextval('{s}.session_writes') FROM cur WHERE cur.rev = %(rev)s "
         "ON CONFLICT (id) DO UPDATE SET data = EXCLUDED.data, "
         "updated_at = EXCLUDED.updated_at, write_seq = EXCLUDED.write_seq "
@@ -152,6 +154,114 @@ _QUERIES = {
         "FROM {s}.leases WHERE session_id = %s FOR SHARE"
     ),
 }
+
+
+# -- the session lifecycle ---------------------------------------------------------
+
+_INFO = "id, final_status, step_total, created_at, updated_at, labels"
+_S_INFO = ", ".join(f"s.{column}" for column in _INFO.split(", "))
+_LIFECYCLE = {
+    "cursor_secret": "SELECT value FROM {s}.meta WHERE key = 'cursor_secret'",
+    "page_updated": f"SELECT write_seq, {_INFO} FROM {{s}}.sessions WHERE write_seq < %s "
+    "ORDER BY write_seq DESC LIMIT %s",
+    "page_created": f"SELECT created_seq, {_INFO} FROM {{s}}.sessions WHERE created_seq > %s "
+    "ORDER BY created_seq LIMIT %s",
+    "page_updated_pair": f"SELECT l.write_seq, {_S_INFO} FROM {{s}}.session_labels AS l "
+    "JOIN {s}.sessions AS s ON s.id = l.session_id WHERE l.key = %s AND l.value = %s "
+    "AND l.write_seq < %s ORDER BY l.write_seq DESC LIMIT %s",
+    "page_created_pair": f"SELECT l.created_seq, {_S_INFO} FROM {{s}}.session_labels AS l "
+    "JOIN {s}.sessions AS s ON s.id = l.session_id WHERE l.key = %s AND l.value = %s "
+    "AND l.created_seq > %s ORDER BY l.created_seq LIMIT %s",
+    "session_info": f"SELECT 0, {_INFO} FROM {{s}}.sessions WHERE id = %s",
+    "set_labels": (
+        "INSERT INTO {s}.sessions (id, system_prompt, labels, created_at, updated_at, "
+        "write_seq) VALUES (%(id)s, '', %(labels)s, now(), now(), "
+        "nextval('{s}.session_writes')) ON CONFLICT (id) DO UPDATE SET "
+        "labels = EXCLUDED.labels, updated_at = EXCLUDED.updated_at, "
+        "write_seq = EXCLUDED.write_seq"
+    ),
+    "drop_labels": "DELETE FROM {s}.session_labels WHERE session_id = %s",
+    "label_rows": (
+        "INSERT INTO {s}.session_labels (session_id, key, value, write_seq, created_seq) "
+        "SELECT s.id, j.key, j.value, s.write_seq, s.created_seq FROM {s}.sessions AS s, "
+        "jsonb_each_text(s.labels::jsonb) AS j WHERE s.id = %s"
+    ),
+    "steps_after": (
+        f"SELECT {_STEP_COLUMNS} FROM {{s}}.steps WHERE session_id = %s ORDER BY seq "
+        "LIMIT %s OFFSET %s"
+    ),
+    "prune": (
+        "DELETE FROM {s}.steps WHERE session_id = %(id)s AND seq < (SELECT seq FROM {s}.steps "
+        "WHERE session_id = %(id)s ORDER BY seq DESC LIMIT 1 OFFSET %(skip)s)"
+    ),
+    "held_anything": (
+        "SELECT EXISTS (SELECT 1 FROM {s}.sessions WHERE id = %(id)s) "
+        "OR EXISTS (SELECT 1 FROM {s}.steps WHERE session_id = %(id)s)"
+    ),
+    "fork_row": (
+        "INSERT INTO {s}.sessions (id, model, system_prompt, system_prompt_nul, data, labels, "
+        "created_at, updated_at, write_seq) SELECT %(new)s, coalesce(s.model, ''), "
+        "CASE WHEN s.id IS NULL THEN '' ELSE s.system_prompt END, s.system_prompt_nul, s.data, "
+        "coalesce(s.labels, '{{}}'), now(), now(), nextval('{s}.session_writes') "
+        "FROM (SELECT 1) AS one LEFT JOIN {s}.sessions AS s ON s.id = %(src)s"
+    ),
+    "fork_steps": (
+        "INSERT INTO {s}.steps (session_id, step_index, step_type, content, content_nul, "
+        "tool_args, duration_ms, prompt_tokens, completion_tokens, created_at) "
+        "SELECT %(new)s, step_index, step_type, content, content_nul, tool_args, duration_ms, "
+        "prompt_tokens, completion_tokens, created_at FROM {s}.steps "
+        "WHERE session_id = %(src)s ORDER BY seq LIMIT %(keep)s"
+    ),
+    "restore": (
+        "INSERT INTO {s}.sessions (id, model, system_prompt, system_prompt_nul, data, labels, "
+        f"{_FINAL}, step_total, created_at, updated_at, write_seq) VALUES (%s, %s, %s, %s, "
+        "%s::jsonb, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, nextval('{s}.session_writes'))"
+    ),
+    # Idle, unleased (or stale-leased) sessions, oldest write first; rows another
+    # expiring process holds are skipped, never waited for.
+    "expire_pick": (
+        "SELECT s.id FROM {s}.sessions AS s WHERE s.updated_at < now() - make_interval("
+        "secs => %(idle)s) AND NOT EXISTS (SELECT 1 FROM {s}.leases AS l WHERE "
+        "l.session_id = s.id AND l.expires_at > now()) ORDER BY s.updated_at "
+        "LIMIT %(limit)s FOR UPDATE OF s SKIP LOCKED"
+    ),
+    "expire_orphans": (
+        "SELECT session_id FROM {s}.steps WHERE session_id NOT IN (SELECT id FROM {s}.sessions) "
+        "GROUP BY session_id HAVING max(created_at) < now() - make_interval(secs => %(idle)s) "
+        "LIMIT %(limit)s"
+    ),
+    # The leases of the picked sessions, locked without waiting: a session
+    # whose lease row another transaction holds (a fenced write, an acquire)
+    # is left for a later call.
+    "expire_leases": (
+        "SELECT session_id, coalesce(expires_at > now(), false) FROM {s}.leases "
+        "WHERE session_id = ANY(%s) FOR UPDATE SKIP LOCKED"
+    ),
+    "expire_locked_leases": ("SELECT session_id FROM {s}.leases WHERE session_id = ANY(%s)"),
+    "expire_delete": (
+        "WITH gone_keys AS (DELETE FROM {s}.finalize_keys WHERE session_id = ANY(%(ids)s)), "
+        "gone_labels AS (DELETE FROM {s}.session_labels WHERE session_id = ANY(%(ids)s)), "
+        "gone_steps AS (DELETE FROM {s}.steps WHERE session_id = ANY(%(ids)s) "
+        "RETURNING session_id), "
+        "gone_session AS (DELETE FROM {s}.sessions WHERE id = ANY(%(ids)s) RETURNING id), "
+        "floor AS (INSERT INTO {s}.revision_floors (session_id, revision) "
+        "SELECT id, nextval('{s}.session_writes') FROM gone_session "
+        "ON CONFLICT (session_id) DO UPDATE SET revision = EXCLUDED.revision) "
+        "SELECT id FROM gone_session UNION SELECT session_id FROM gone_steps"
+    ),
+    "take_over": (
+        "UPDATE {s}.leases SET token = token + 1, expires_at = NULL WHERE session_id = ANY(%s) "
+        "AND expires_at IS NOT NULL AND expires_at <= now()"
+    ),
+}
+
+
+def _infos(rows: list[tuple[Any, ...]]) -> list[tuple[int, SessionInfo]]:
+    """``(position, info)`` of each row of ``position, {_INFO}``."""
+    return [
+        (int(pos), _codec.info(sid, st, n, _codec.as_utc(c), _codec.as_utc(u), labels))
+        for pos, sid, st, n, c, u, labels in rows
+    ]
 
 
 # -- the append statements -------------------------------------------------------
@@ -234,7 +344,8 @@ class PgOps:
     """The statements of one schema, rendered once at open."""
 
     def __init__(self, conn: Conn, schema: str) -> None:
-        self.q = {name: render(conn, schema, text) for name, text in _QUERIES.items()}
+        queries = {**_QUERIES, **_LIFECYCLE}
+        self.q = {name: render(conn, schema, text) for name, text in queries.items()}
         self._schema_sql = render(conn, schema, "{s}")
         self.q["append"] = _plain(self._schema_sql, 1)
 
@@ -297,7 +408,7 @@ class PgOps:
         return conn.execute(self.q["exists"], (session_id,)).fetchone() is not None
 
     def update_data(self, conn: Conn, session_id: str, snapshot: str | None) -> None:
-        params = {"id": session_id, "data": snapshot, "now": _codec.now()}
+        params = {"id": session_id, "data": snapshot}
         conn.execute(self.q["update_data"], params)
 
     def put(self, conn: Conn, session: Session) -> None:
@@ -308,12 +419,10 @@ class PgOps:
             "prompt": prompt,
             "prompt_nul": prompt_nul,
             "data": session.data,
-            "now": _codec.now(),
         }
         conn.execute(self.q["put"], params)
 
     def finalize(self, conn: Conn, session_id: str, summary: FinalizeSummary, key: int) -> None:
-        now = _codec.now()
         params = (
             session_id,
             key,
@@ -321,8 +430,6 @@ class PgOps:
             *_codec.final_params(summary),
             key,
             summary.step_count,
-            now,
-            now,
         )
         conn.execute(self.q["finalize"], params)
 
@@ -335,10 +442,7 @@ class PgOps:
 
     def list_sessions(self, conn: Conn, limit: int) -> list[SessionInfo]:
         rows = conn.execute(self.q["list_sessions"], (limit,)).fetchall()
-        return [
-            _codec.info(sid, status, total, _codec.as_utc(c), _codec.as_utc(u))
-            for sid, status, total, c, u in rows
-        ]
+        return [info for _, info in _infos(rows)]
 
     def delete_session(self, conn: Conn, session_id: str) -> bool:
         row = conn.execute(self.q["delete_session"], {"id": session_id}).fetchone()
@@ -359,11 +463,111 @@ class PgOps:
     def update_data_if(
         self, conn: Conn, session_id: str, snapshot: str | None, revision: int
     ) -> tuple[bool, int]:
-        params = {"id": session_id, "data": snapshot, "now": _codec.now(), "rev": revision}
+        params = {"id": session_id, "data": snapshot, "rev": revision}
         row = conn.execute(self.q["update_data_if"], params).fetchone()
         if row is not None:
             return True, int(row[0])
         return False, self.revision(conn, session_id)
+
+    # -- the session lifecycle --------------------------------------------------
+
+    def cursor_secret(self, conn: Conn) -> str:
+        row = conn.execute(self.q["cursor_secret"]).fetchone()
+        assert row is not None
+        return str(row[0])
+
+    def page(
+        self, conn: Conn, order: str, pair: tuple[str, str] | None, after: int, limit: int
+    ) -> list[tuple[int, SessionInfo]]:
+        if pair is None:
+            rows = conn.execute(self.q[f"page_{order}"], (after, limit)).fetchall()
+        else:
+            rows = conn.execute(self.q[f"page_{order}_pair"], (*pair, after, limit)).fetchall()
+        return _infos(rows)
+
+    def session_info(self, conn: Conn, session_id: str) -> SessionInfo | None:
+        found = _infos(conn.execute(self.q["session_info"], (session_id,)).fetchall())
+        return found[0][1] if found else None
+
+    def set_labels(self, conn: Conn, session_id: str, labels: str) -> None:
+        with conn.transaction():
+            conn.execute(self.q["set_labels"], {"id": session_id, "labels": labels})
+            conn.execute(self.q["drop_labels"], (session_id,))
+            conn.execute(self.q["label_rows"], (session_id,))
+
+    def prune_steps(self, conn: Conn, session_id: str, keep: int) -> int:
+        return conn.execute(self.q["prune"], {"id": session_id, "skip": keep - 1}).rowcount
+
+    def steps_after(self, conn: Conn, session_id: str, after: int, limit: int) -> list[RunStep]:
+        rows = conn.execute(self.q["steps_after"], (session_id, limit, after)).fetchall()
+        return [_step(session_id, row) for row in rows]
+
+    def _held_anything(self, conn: Conn, session_id: str) -> bool:
+        row = conn.execute(self.q["held_anything"], {"id": session_id}).fetchone()
+        return bool(row is not None and row[0])
+
+    def fork_session(self, conn: Conn, source_id: str, new_id: str, keep: int | None) -> None:
+        with conn.transaction():
+            # The new id's row lock (ON CONFLICT would wait for it) is taken by
+            # the insert; a racing fork into the same id fails on the key.
+            if not self._held_anything(conn, source_id):
+                raise unknown_source(source_id)
+            if self._held_anything(conn, new_id):
+                raise taken(new_id)
+            ids = {"new": new_id, "src": source_id, "keep": keep}
+            try:
+                conn.execute(self.q["fork_row"], ids)
+            except psycopg.errors.UniqueViolation as exc:
+                raise taken(new_id) from exc
+            conn.execute(self.q["label_rows"], (new_id,))
+            conn.execute(self.q["fork_steps"], ids)
+
+    def restore_session(
+        self, conn: Conn, session: Session, info: SessionInfo, final: FinalizeSummary | None
+    ) -> None:
+        prompt, prompt_nul = _codec.split_nul(session.system_prompt)
+        finals = _codec.final_params(final) if final is not None else (None,) * 6
+        params = (
+            session.id,
+            session.model,
+            prompt,
+            prompt_nul,
+            session.data,
+            _codec.labels_text(info.labels),
+            *finals,
+            info.step_count,
+            info.created_at,
+            info.updated_at,
+        )
+        with conn.transaction():
+            if self._held_anything(conn, session.id):
+                raise taken(session.id, "delete it first to replace it")
+            try:
+                conn.execute(self.q["restore"], params)
+            except psycopg.errors.UniqueViolation as exc:
+                raise taken(session.id, "delete it first to replace it") from exc
+            conn.execute(self.q["label_rows"], (session.id,))
+
+    def expire_sessions(self, conn: Conn, idle_for: float, limit: int) -> list[str]:
+        with conn.transaction():
+            query = {"idle": idle_for, "limit": limit}
+            picked = [row[0] for row in conn.execute(self.q["expire_pick"], query).fetchall()]
+            if len(picked) < limit:
+                query["limit"] = limit - len(picked)
+                orphans = conn.execute(self.q["expire_orphans"], query).fetchall()
+                picked += [row[0] for row in orphans]
+            if not picked:
+                return []
+            leased = {row[0] for row in conn.execute(self.q["expire_locked_leases"], (picked,))}
+            locked = conn.execute(self.q["expire_leases"], (picked,)).fetchall()
+            free = {sid for sid, live in locked if not live}
+            # A lease row another transaction holds, or a live lease: left alone.
+            ids = [sid for sid in picked if sid not in leased or sid in free]
+            if not ids:
+                return []
+            conn.execute(self.q["take_over"], (ids,))
+            gone = {row[0] for row in conn.execute(self.q["expire_delete"], {"ids": ids})}
+            return [sid for sid in ids if sid in gone]
 
     def acquire_lease(
         self, conn: Conn, session_id: str, owner: str, ttl: float

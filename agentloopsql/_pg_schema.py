@@ -117,6 +117,49 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
     ),
+    (
+        # The session lifecycle. labels: canonical JSON text; created_seq: the
+        # write_seq of the session's first write (the "created" paging order;
+        # sessions from before keep their latest write's), set by a trigger.
+        "ALTER TABLE {s}.sessions ADD COLUMN labels text NOT NULL DEFAULT '{{}}', "
+        "ADD COLUMN created_seq bigint NOT NULL DEFAULT 0",
+        "UPDATE {s}.sessions SET created_seq = write_seq",
+        "CREATE INDEX sessions_by_created ON {s}.sessions (created_seq)",
+        "CREATE INDEX sessions_by_updated ON {s}.sessions (updated_at)",
+        """
+        CREATE TABLE {s}.session_labels (
+            session_id text COLLATE "C" NOT NULL,
+            key text COLLATE "C" NOT NULL,
+            value text COLLATE "C" NOT NULL,
+            write_seq bigint NOT NULL,
+            created_seq bigint NOT NULL,
+            PRIMARY KEY (session_id, key)
+        )
+        """,
+        "CREATE INDEX session_labels_by_write ON {s}.session_labels (key, value, write_seq)",
+        "CREATE INDEX session_labels_by_created ON {s}.session_labels (key, value, created_seq)",
+        """
+        CREATE FUNCTION {s}.session_created() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN NEW.created_seq := NEW.write_seq; RETURN NEW; END $$
+        """,
+        "CREATE TRIGGER session_created BEFORE INSERT ON {s}.sessions "
+        "FOR EACH ROW EXECUTE FUNCTION {s}.session_created()",
+        # Every session write moves write_seq: the label rows follow it.
+        """
+        CREATE FUNCTION {s}.session_labels_follow() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            UPDATE {s}.session_labels SET write_seq = NEW.write_seq WHERE session_id = NEW.id;
+            RETURN NULL;
+        END $$
+        """,
+        "CREATE TRIGGER session_labels_follow AFTER UPDATE OF write_seq ON {s}.sessions "
+        "FOR EACH ROW WHEN (OLD.write_seq IS DISTINCT FROM NEW.write_seq) "
+        "EXECUTE FUNCTION {s}.session_labels_follow()",
+        # Per-schema values; cursor_secret signs page_sessions cursors.
+        'CREATE TABLE {s}.meta (key text COLLATE "C" PRIMARY KEY, value text NOT NULL)',
+        "INSERT INTO {s}.meta VALUES ('cursor_secret', "
+        "md5(gen_random_uuid()::text) || md5(gen_random_uuid()::text))",
+    ),
 )
 
 
@@ -159,14 +202,25 @@ _FINALIZE_KEYS = (("session_id", "text"), ("key", "bigint"))
 _LEASES = (("session_id", "text"), ("owner", "text"), ("token", "bigint"), ("expires_at", _TSTZ))
 _REVISION_FLOORS = (("session_id", "text"), ("revision", "bigint"))
 _VERSION_TABLE = (("version", "integer"),)
+_SESSIONS_6 = (*_SESSIONS, ("labels", "text"), ("created_seq", "bigint"))
+_SESSION_LABELS = (
+    ("session_id", "text"),
+    ("key", "text"),
+    ("value", "text"),
+    ("write_seq", "bigint"),
+    ("created_seq", "bigint"),
+)
+_META = (("key", "text"), ("value", "text"))
 
-# The tables (with their columns, in order) each schema version added; version
-# 3 changed only indexes. A version missing here has the previous one's.
+# The tables (with their columns, in order) each schema version added (6 also
+# changed sessions'); version 3 changed only indexes. A version missing here
+# has the previous one's.
 _TABLES_FROM: dict[int, dict[str, tuple[tuple[str, str], ...]]] = {
     1: {"schema_version": _VERSION_TABLE, "sessions": _SESSIONS, "steps": _STEPS},
     2: {"finalize_keys": _FINALIZE_KEYS},
     4: {"leases": _LEASES},
     5: {"revision_floors": _REVISION_FLOORS},
+    6: {"sessions": _SESSIONS_6, "session_labels": _SESSION_LABELS, "meta": _META},
 }
 _OURS = (
     "schema_version",
@@ -175,6 +229,8 @@ _OURS = (
     "finalize_keys",
     "leases",
     "revision_floors",
+    "session_labels",
+    "meta",
     "session_writes",
 )
 SYSTEM_SCHEMAS = ("information_schema",)  # and every name starting with pg_
@@ -239,7 +295,30 @@ def inspect(conn: psycopg.Connection[Any], schema: str, newest: int) -> int | No
             )
     if kinds.get("session_writes") != "S":
         raise StoreError(f"schema {schema!r}: sequence 'session_writes' is missing")
+    if version >= _TRIGGERS_FROM:
+        _check_triggers(conn, schema, version)
     return version
+
+
+_TRIGGERS_FROM = 6
+_TRIGGERS = ("session_created", "session_labels_follow")
+
+
+def _check_triggers(conn: psycopg.Connection[Any], schema: str, version: int) -> None:
+    """Refuse a lifecycle schema whose sessions table lacks one of the store's triggers."""
+    rows = conn.execute(
+        "SELECT t.tgname FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c "
+        "ON c.oid = t.tgrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = 'sessions' AND NOT t.tgisinternal",
+        (schema,),
+    ).fetchall()
+    found = {row[0] for row in rows}
+    for name in _TRIGGERS:
+        if name not in found:
+            raise StoreError(
+                f"schema {schema!r} is version {version} but trigger {name!r} on 'sessions' "
+                "is missing (damaged or changed by hand); refusing to change it"
+            )
 
 
 def _read_version(

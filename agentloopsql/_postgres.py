@@ -63,7 +63,10 @@ class PostgresStore(SqlStore["Conn"]):
 
     Open with ``await PostgresStore.open(dsn)``. Implements both protocols and
     every optional capability (``put``, ``final``, ``all``, ``list_sessions``,
-    ``delete_session``, ``aclose``); also an async context manager. Many
+    ``delete_session``, ``aclose``, leases, revisions, and the session
+    lifecycle: ``page_sessions``, ``session_info``, ``set_labels``,
+    ``prune_steps``, ``steps_after``, ``fork_session``, ``restore_session``,
+    ``expire_sessions``); also an async context manager. Many
     processes and machines may share one schema. Use it from trio or asyncio
     (through anyio or directly), in the event loop that opened it or later ones.
 
@@ -76,6 +79,16 @@ class PostgresStore(SqlStore["Conn"]):
     reason of its own (a constraint, a size limit) fails its own call only, with
     a ``StoreError`` naming the rule; ``StoreUnavailableError`` means retrying
     later may succeed (a lost connection, a timeout, a server going away).
+
+    **Session lifecycle**: session writes are stamped by the server's clock
+    (``now()``), which also judges idleness for ``expire_sessions``. Several
+    processes may expire at once: each call is one transaction that locks the
+    idle sessions it picks ``FOR UPDATE SKIP LOCKED`` (and their lease rows the
+    same way), so no session is deleted twice and no call waits for another's
+    rows or for a lease. ``set_labels``, ``fork_session`` and
+    ``restore_session`` are one transaction each; ``prune_steps`` one
+    statement. Space freed by prune and expire is reused by the table once
+    (auto)vacuum has run; it goes back to the OS only after ``VACUUM FULL``.
 
     **Durable when it returns** means PostgreSQL acknowledged the commit: with
     the server's default ``synchronous_commit = on`` its WAL was flushed to

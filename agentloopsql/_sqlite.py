@@ -52,7 +52,7 @@ from agentloop._shared import (
 from agentloopsql import _codec
 from agentloopsql._sqlite_exec import SqliteExecutor
 from agentloopsql._sqlite_schema import SYNCHRONOUS, checked_path, connect
-from agentloopsql._store import Grant, SqlStore
+from agentloopsql._store import Grant, SqlStore, taken, unknown_source
 from agentloopsql._workers import Read, Workers, to_thread_shielded
 
 R = TypeVar("R")
@@ -105,6 +105,49 @@ _REVISION = (
     "(SELECT revision FROM revision_floors WHERE session_id = ?1), 0)"
 )
 _FINAL = ", ".join(_codec.FINAL_COLUMNS)
+_INFO = "id, final_status, step_total, created_us, updated_us, labels"
+_PAGE = {
+    # (order, filtered by one label pair): the page query, walking one index.
+    ("updated", False): f"SELECT write_seq, {_INFO} FROM sessions WHERE write_seq < ?1 "
+    "ORDER BY write_seq DESC LIMIT ?2",
+    ("created", False): f"SELECT created_seq, {_INFO} FROM sessions WHERE created_seq > ?1 "
+    "ORDER BY created_seq LIMIT ?2",
+    ("updated", True): "SELECT l.write_seq, "
+    + ", ".join(f"s.{c}" for c in _INFO.split(", "))
+    + " FROM session_labels AS l JOIN sessions AS s ON s.id = l.session_id "
+    "WHERE l.key = ?3 AND l.value = ?4 AND l.write_seq < ?1 ORDER BY l.write_seq DESC LIMIT ?2",
+    ("created", True): "SELECT l.created_seq, "
+    + ", ".join(f"s.{c}" for c in _INFO.split(", "))
+    + " FROM session_labels AS l JOIN sessions AS s ON s.id = l.session_id "
+    "WHERE l.key = ?3 AND l.value = ?4 AND l.created_seq > ?1 ORDER BY l.created_seq LIMIT ?2",
+}
+# The session's label rows, rebuilt from its labels column.
+_LABEL_ROWS = (
+    "INSERT INTO session_labels (session_id, key, value, write_seq, created_seq) "
+    "SELECT s.id, j.key, j.value, s.write_seq, s.created_seq FROM sessions AS s, "
+    "json_each(s.labels) AS j WHERE s.id = ?"
+)
+_STEPS_AFTER = (
+    f"SELECT {READ_COLUMNS} FROM steps WHERE session_id = ? ORDER BY seq LIMIT ? OFFSET ?"
+)
+# Everything but the newest ?2 + 1 steps... of the session: the seq of its (?2 + 1)-th newest.
+_PRUNE = (
+    "DELETE FROM steps WHERE session_id = ?1 AND seq < (SELECT seq FROM steps "
+    "WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)"
+)
+_COPY_STEPS = (
+    f"INSERT INTO steps ({_STEP_COLUMNS}) SELECT ?1, step_index, step_type, content, "
+    "tool_args, duration_ms, prompt_tokens, completion_tokens, created_us FROM steps "
+    "WHERE session_id = ?2 ORDER BY seq LIMIT ?3"
+)
+
+
+def _infos(rows: list[tuple[Any, ...]]) -> list[tuple[int, SessionInfo]]:
+    """``(position, info)`` of each row of ``position, {_INFO}``."""
+    return [
+        (position, _codec.info(sid, st, n, _codec.from_micros(c), _codec.from_micros(u), lab))
+        for position, sid, st, n, c, u, lab in rows
+    ]
 
 
 def step_params(step: RunStep) -> tuple[object, ...]:
@@ -159,8 +202,8 @@ class SqliteOps:
 
     def update_data(self, conn: sqlite3.Connection, session_id: str, snapshot: str | None) -> None:
         conn.execute(
-            "INSERT INTO sessions (id, data, created_us, updated_us, write_seq) "
-            f"VALUES (?1, ?2, ?3, ?3, {_NEXT_WRITE}) "
+            "INSERT INTO sessions (id, data, created_us, updated_us, write_seq, created_seq) "
+            f"VALUES (?1, ?2, ?3, ?3, {_NEXT_WRITE}, {_NEXT_WRITE}) "
             "ON CONFLICT (id) DO UPDATE SET data = excluded.data, "
             "updated_us = excluded.updated_us, write_seq = excluded.write_seq",
             (session_id, snapshot, _codec.to_micros(_codec.now())),
@@ -169,7 +212,8 @@ class SqliteOps:
     def put(self, conn: sqlite3.Connection, session: Session) -> None:
         conn.execute(
             "INSERT INTO sessions (id, model, system_prompt, data, created_us, updated_us, "
-            f"write_seq) VALUES (?1, ?2, ?3, ?4, ?5, ?5, {_NEXT_WRITE}) "
+            f"write_seq, created_seq) VALUES (?1, ?2, ?3, ?4, ?5, ?5, {_NEXT_WRITE}, "
+            f"{_NEXT_WRITE}) "
             "ON CONFLICT (id) DO UPDATE SET model = excluded.model, "
             "system_prompt = excluded.system_prompt, data = excluded.data, "
             "updated_us = excluded.updated_us, write_seq = excluded.write_seq",
@@ -186,8 +230,9 @@ class SqliteOps:
         self, conn: sqlite3.Connection, session_id: str, summary: FinalizeSummary, key: int
     ) -> None:
         conn.execute(
-            f"INSERT INTO sessions (id, {_FINAL}, step_total, created_us, updated_us, write_seq) "
-            f"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?5, ?8, ?8, {_NEXT_WRITE}) "
+            f"INSERT INTO sessions (id, {_FINAL}, step_total, created_us, updated_us, write_seq, "
+            f"created_seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?5, ?8, ?8, {_NEXT_WRITE}, "
+            f"{_NEXT_WRITE}) "
             "ON CONFLICT (id) DO UPDATE SET "
             + ", ".join(f"{column} = excluded.{column}" for column in _codec.FINAL_COLUMNS)
             + ", step_total = sessions.step_total + excluded.step_total, "
@@ -204,22 +249,20 @@ class SqliteOps:
 
     def list_sessions(self, conn: sqlite3.Connection, limit: int) -> list[SessionInfo]:
         rows = conn.execute(
-            "SELECT id, final_status, step_total, created_us, updated_us FROM sessions "
-            "ORDER BY write_seq DESC LIMIT ?",
-            (limit,),
+            f"SELECT write_seq, {_INFO} FROM sessions ORDER BY write_seq DESC LIMIT ?", (limit,)
         ).fetchall()
-        return [
-            _codec.info(sid, status, total, _codec.from_micros(c), _codec.from_micros(u))
-            for sid, status, total, c, u in rows
-        ]
+        return [info for _, info in _infos(rows)]
 
     def delete_session(self, conn: sqlite3.Connection, session_id: str) -> bool:
+        # The floor is a fresh write number: the revision grows, so a stale
+        # update_data_if fails after the delete.
         conn.execute(
             "INSERT INTO revision_floors (session_id, revision) "
-            "SELECT id, write_seq FROM sessions WHERE id = ? "
+            f"SELECT id, {_NEXT_WRITE} FROM sessions WHERE id = ? "
             "ON CONFLICT (session_id) DO UPDATE SET revision = excluded.revision",
             (session_id,),
         )
+        conn.execute("DELETE FROM session_labels WHERE session_id = ?", (session_id,))
         steps = conn.execute("DELETE FROM steps WHERE session_id = ?", (session_id,)).rowcount
         rows = conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount
         return steps + rows > 0
@@ -247,6 +290,144 @@ class SqliteOps:
             return False, current
         self.update_data(conn, session_id, snapshot)
         return True, self.revision(conn, session_id)
+
+    # -- the session lifecycle ------------------------------------------------
+
+    def cursor_secret(self, conn: sqlite3.Connection) -> str:
+        return str(conn.execute("SELECT value FROM meta WHERE key = 'cursor_secret'").fetchone()[0])
+
+    def page(
+        self,
+        conn: sqlite3.Connection,
+        order: str,
+        pair: tuple[str, str] | None,
+        after: int,
+        limit: int,
+    ) -> list[tuple[int, SessionInfo]]:
+        params: tuple[object, ...] = (after, limit) if pair is None else (after, limit, *pair)
+        return _infos(conn.execute(_PAGE[order, pair is not None], params).fetchall())
+
+    def session_info(self, conn: sqlite3.Connection, session_id: str) -> SessionInfo | None:
+        rows = conn.execute(f"SELECT 0, {_INFO} FROM sessions WHERE id = ?", (session_id,))
+        found = _infos(rows.fetchall())
+        return found[0][1] if found else None
+
+    def set_labels(self, conn: sqlite3.Connection, session_id: str, labels: str) -> None:
+        conn.execute(
+            "INSERT INTO sessions (id, labels, created_us, updated_us, write_seq, created_seq) "
+            f"VALUES (?1, ?2, ?3, ?3, {_NEXT_WRITE}, {_NEXT_WRITE}) "
+            "ON CONFLICT (id) DO UPDATE SET labels = excluded.labels, "
+            "updated_us = excluded.updated_us, write_seq = excluded.write_seq",
+            (session_id, labels, _codec.to_micros(_codec.now())),
+        )
+        conn.execute("DELETE FROM session_labels WHERE session_id = ?", (session_id,))
+        conn.execute(_LABEL_ROWS, (session_id,))
+
+    def prune_steps(self, conn: sqlite3.Connection, session_id: str, keep: int) -> int:
+        removed = conn.execute(_PRUNE, (session_id, keep - 1)).rowcount
+        if removed:
+            _give_back(conn)
+        return int(removed)
+
+    def steps_after(
+        self, conn: sqlite3.Connection, session_id: str, after: int, limit: int
+    ) -> list[RunStep]:
+        rows = conn.execute(_STEPS_AFTER, (session_id, limit, after)).fetchall()
+        return steps_of(session_id, rows)
+
+    def _held_anything(self, conn: sqlite3.Connection, session_id: str) -> bool:
+        return (
+            self.exists(conn, session_id)
+            or conn.execute(
+                "SELECT 1 FROM steps WHERE session_id = ? LIMIT 1", (session_id,)
+            ).fetchone()
+            is not None
+        )
+
+    def fork_session(
+        self, conn: sqlite3.Connection, source_id: str, new_id: str, keep: int | None
+    ) -> None:
+        if not self._held_anything(conn, source_id):
+            raise unknown_source(source_id)
+        if self._held_anything(conn, new_id):
+            raise taken(new_id)
+        conn.execute(
+            "INSERT INTO sessions (id, model, system_prompt, data, labels, created_us, "
+            f"updated_us, write_seq, created_seq) SELECT ?1, coalesce(s.model, ''), "
+            "coalesce(s.system_prompt, ''), s.data, coalesce(s.labels, '{}'), ?3, ?3, "
+            f"{_NEXT_WRITE}, {_NEXT_WRITE} FROM (SELECT 1) LEFT JOIN sessions AS s ON s.id = ?2",
+            (new_id, source_id, _codec.to_micros(_codec.now())),
+        )
+        conn.execute(_LABEL_ROWS, (new_id,))
+        conn.execute(_COPY_STEPS, (new_id, source_id, -1 if keep is None else keep))
+
+    def restore_session(
+        self,
+        conn: sqlite3.Connection,
+        session: Session,
+        info: SessionInfo,
+        final: FinalizeSummary | None,
+    ) -> None:
+        if self._held_anything(conn, session.id):
+            raise taken(session.id, "delete it first to replace it")
+        finals = _codec.final_params(final) if final is not None else (None,) * 6
+        conn.execute(
+            f"INSERT INTO sessions (id, model, system_prompt, data, labels, {_FINAL}, "
+            "step_total, created_us, updated_us, write_seq, created_seq) VALUES "
+            f"(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {_NEXT_WRITE}, {_NEXT_WRITE})",
+            (
+                session.id,
+                session.model,
+                session.system_prompt,
+                session.data,
+                _codec.labels_text(info.labels),
+                *finals,
+                info.step_count,
+                _codec.to_micros(info.created_at),
+                _codec.to_micros(info.updated_at),
+            ),
+        )
+        conn.execute(_LABEL_ROWS, (session.id,))
+
+    def expire_sessions(self, conn: sqlite3.Connection, idle_for: float, limit: int) -> list[str]:
+        # One BEGIN IMMEDIATE transaction (the file's write lock): processes
+        # expiring at once take turns, so each session is deleted once.
+        now = _codec.to_micros(_codec.now())
+        cutoff = now - round(idle_for * 1_000_000)
+        gone: list[str] = []
+        after = -1
+        while len(gone) < limit:
+            rows = conn.execute(
+                "SELECT write_seq, id, updated_us FROM sessions WHERE write_seq > ? "
+                "ORDER BY write_seq LIMIT 64",
+                (after,),
+            ).fetchall()
+            if not rows:
+                break
+            for after, session_id, updated in rows:  # noqa: B007 - the walk's position
+                if updated >= cutoff:
+                    return self._expired(conn, gone)
+                if _take_over_idle(conn, session_id, now):
+                    self.delete_session(conn, session_id)
+                    gone.append(session_id)
+                    if len(gone) == limit:
+                        break
+        if len(gone) < limit:
+            # Steps without a session row, judged by their newest step.
+            for (session_id,) in conn.execute(
+                "SELECT session_id FROM steps WHERE session_id NOT IN (SELECT id FROM sessions) "
+                "GROUP BY session_id HAVING max(created_us) < ? LIMIT ?",
+                (cutoff, limit - len(gone)),
+            ).fetchall():
+                if _take_over_idle(conn, session_id, now):
+                    self.delete_session(conn, session_id)
+                    gone.append(session_id)
+        return self._expired(conn, gone)
+
+    def _expired(self, conn: sqlite3.Connection, gone: list[str]) -> list[str]:
+        if gone:
+            _give_back(conn)
+        return gone
 
     def acquire_lease(
         self, conn: sqlite3.Connection, session_id: str, owner: str, ttl: float
@@ -301,6 +482,37 @@ def _held(conn: sqlite3.Connection, session_id: str) -> Grant | None:
         "SELECT owner, token, expires_us IS NULL FROM leases WHERE session_id = ?", (session_id,)
     ).fetchone()
     return Grant(row[0], row[1], bool(row[2])) if row is not None else None
+
+
+def _take_over_idle(conn: sqlite3.Connection, session_id: str, now: int) -> bool:
+    """Whether the session may expire (no live lease), its stale lease taken over."""
+    row = conn.execute(
+        "SELECT expires_us FROM leases WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    if row is None or row[0] is None:
+        return True
+    if now < row[0]:
+        return False
+    # Expired, never released: a new, larger token, released, so the old
+    # holder's fenced writes fail from now on.
+    conn.execute(
+        "UPDATE leases SET token = token + 1, expires_us = NULL WHERE session_id = ?",
+        (session_id,),
+    )
+    return True
+
+
+_INCREMENTAL = 2  # PRAGMA auto_vacuum's answer in incremental mode
+
+
+def _give_back(conn: sqlite3.Connection) -> None:
+    """Return the pages freed to the file system (a file with ``auto_vacuum=INCREMENTAL``;
+    a no-op in any other)."""
+    # Each run of the pragma through the driver frees one page: loop over the freelist.
+    free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+    if free and conn.execute("PRAGMA auto_vacuum").fetchone()[0] == _INCREMENTAL:
+        for _ in range(free):
+            conn.execute("PRAGMA incremental_vacuum(1)")
 
 
 _OPS = SqliteOps()
@@ -369,8 +581,18 @@ class SqliteStore(SqlStore[sqlite3.Connection]):
 
     Open with ``await SqliteStore.open(path)``. Implements both protocols and
     every optional capability (``put``, ``final``, ``all``, ``list_sessions``,
-    ``delete_session``, ``aclose``, session leases with ``fenced`` views);
-    also an async context manager.
+    ``delete_session``, ``aclose``, session leases with ``fenced`` views,
+    revisions, and the session lifecycle: ``page_sessions``, ``session_info``,
+    ``set_labels``, ``prune_steps``, ``steps_after``, ``fork_session``,
+    ``restore_session``, ``expire_sessions``); also an async context manager.
+
+    **Session lifecycle**: each lifecycle write is one ``BEGIN IMMEDIATE``
+    transaction, so processes expiring at once take turns and each session is
+    deleted once. Session writes are stamped by this machine's clock, which
+    also judges idleness. A file created by this version is in
+    ``auto_vacuum=INCREMENTAL`` mode: prune and expire give the freed pages
+    back to the file system in the same transaction (an older file keeps
+    its mode until a one-off ``VACUUM`` after ``PRAGMA auto_vacuum = 2``).
 
     **Leases** hold across every handle and process on the file: each lease
     call and each fenced write is one ``BEGIN IMMEDIATE`` transaction (the

@@ -399,6 +399,44 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """,
         "CREATE INDEX revision_floors_by_revision ON revision_floors (revision)",
     ),
+    (
+        # The session lifecycle. labels: the session's labels as canonical JSON
+        # text; created_seq: the write_seq of its first write (the "created"
+        # paging order; sessions from before keep their latest write's).
+        "ALTER TABLE sessions ADD COLUMN labels TEXT NOT NULL DEFAULT '{}'",
+        "ALTER TABLE sessions ADD COLUMN created_seq INTEGER NOT NULL DEFAULT 0",
+        "UPDATE sessions SET created_seq = write_seq",
+        "CREATE INDEX sessions_by_created ON sessions (created_seq)",
+        # One row per label pair of a session, carrying the session's paging
+        # positions, so a page filtered by one pair walks an index.
+        """
+        CREATE TABLE session_labels (
+            session_id TEXT NOT NULL,
+            key TEXT NOT NULL,
+            value TEXT NOT NULL,
+            write_seq INTEGER NOT NULL,
+            created_seq INTEGER NOT NULL,
+            PRIMARY KEY (session_id, key)
+        ) WITHOUT ROWID
+        """,
+        "CREATE INDEX session_labels_by_write ON session_labels (key, value, write_seq)",
+        "CREATE INDEX session_labels_by_created ON session_labels (key, value, created_seq)",
+        # Every session write moves write_seq: the label rows follow it.
+        """
+        CREATE TRIGGER session_labels_follow AFTER UPDATE OF write_seq ON sessions
+        BEGIN
+            UPDATE session_labels SET write_seq = NEW.write_seq WHERE session_id = NEW.id;
+        END
+        """,
+        # Per-database values; cursor_secret signs page_sessions cursors.
+        """
+        CREATE TABLE meta (
+            key TEXT PRIMARY KEY NOT NULL,
+            value TEXT NOT NULL
+        ) WITHOUT ROWID
+        """,
+        "INSERT INTO meta VALUES ('cursor_secret', lower(hex(randomblob(32))))",
+    ),
 )
 
 
@@ -478,6 +516,10 @@ def _setup(
         raise StoreError(f"cannot open SQLite database {show_path(path)}: {problem}")
     _retrying_locked(lambda: _inspect(conn, path, verify), timeout)
     # Only now, with the file known to be ours (or new), may anything in it change.
+    # A new file returns the pages prune and expire free (PRAGMA incremental_vacuum);
+    # SQLite allows the switch only before the first table exists.
+    if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
     # ":memory:" answers "memory" to WAL: there is no file to journal.
     _retrying_locked(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone(), timeout)
     conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")

@@ -15,15 +15,15 @@ judge a lease exactly as ``agentloopmem`` does.
 **Revisions.** A session's revision is its ``write_seq``: every session write
 (``put``, ``update_data``, ``finalize``, ``update_data_if``) sets it from a
 store-wide counter that only grows, and lease calls never touch it.
-``delete_session`` keeps the deleted session's last revision in
-``revision_floors``, so its revision never gets smaller and a later write goes
-above it.
+``delete_session`` stores a fresh counter value for the deleted session in
+``revision_floors``, so its revision grows with the delete (a stale
+``update_data_if`` fails) and a later write goes above it.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar
@@ -36,8 +36,11 @@ from agentloop import (
     RevisionConflictError,
     RunStep,
     Session,
+    SessionExistsError,
     SessionInfo,
+    SessionPage,
     StoreClosedError,
+    validate_labels,
     validate_n,
     validate_session_id,
 )
@@ -49,6 +52,8 @@ from agentloop._shared import (
     preview,
     validate_owner,
 )
+from agentloopsql._codec import labels_text
+from agentloopsql._cursor import ORDERS, decode, encode, query_tag
 from agentloopsql._workers import (
     Append,
     AppendRow,
@@ -80,6 +85,18 @@ def new_key() -> int:
     return _keys.getrandbits(63)
 
 
+def taken(session_id: str, hint: str = "nothing was written") -> SessionExistsError:
+    """The error for a session id that already has a session row or steps."""
+    return SessionExistsError(
+        f"session {preview(session_id)} exists (a session row or steps); {hint}"
+    )
+
+
+def unknown_source(session_id: str) -> KeyError:
+    """The error for a fork source with no session row and no steps."""
+    return KeyError(f"session {session_id!r} does not exist: no session row and no steps")
+
+
 class Grant(NamedTuple):
     """A session's latest lease grant as stored (``agentloop``'s ``Grant``)."""
 
@@ -93,6 +110,75 @@ def check_lease(lease: object) -> Lease:
     if not isinstance(lease, Lease):
         raise TypeError(f"lease must be a Lease, got {preview(lease)}")
     return lease
+
+
+def _check_count(value: object, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int >= 0, got {preview(value)}")
+    if value < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    return value
+
+
+def _check_keep_first(keep_first: object) -> int | None:
+    if keep_first is None:
+        return None
+    if not isinstance(keep_first, int) or isinstance(keep_first, bool):
+        raise TypeError(f"keep_first must be an int >= 0 or None, got {preview(keep_first)}")
+    if keep_first < 0:
+        raise ValueError(f"keep_first must be an int >= 0 or None, got {keep_first!r}")
+    return min(keep_first, _MAX_WINDOW)
+
+
+def check_restored(session: object, info: object, final: object) -> None:
+    """Check ``restore_session``'s arguments.
+
+    Raises:
+        TypeError: an argument of the wrong type.
+        ValueError: ``info`` is another session's, or ``final``'s status is not ``info.status``.
+    """
+    if not isinstance(session, Session):
+        raise TypeError(f"session must be a Session, got {preview(session)}")
+    if not isinstance(info, SessionInfo):
+        raise TypeError(f"info must be a SessionInfo, got {preview(info)}")
+    if final is not None and not isinstance(final, FinalizeSummary):
+        raise TypeError(f"final must be a FinalizeSummary or None, got {preview(final)}")
+    if info.id != session.id:
+        raise ValueError(f"info must be of session {session.id!r}, got one of {info.id!r}")
+    status = final.status if final is not None else None
+    if status != info.status:
+        raise ValueError(f"final's status must be info.status ({info.status}), got {status}")
+
+
+# Rows a page filtered by several label pairs reads at a time from the first pair's index.
+_FILTER_BATCH = 256
+
+
+def _page(
+    ops: Ops[ConnT],
+    conn: ConnT,
+    order: str,
+    wanted: dict[str, str],
+    start: int | None,
+    count: int,
+) -> list[tuple[int, SessionInfo]]:
+    """The next ``count`` sessions of the query after ``start`` (its beginning when ``None``)."""
+    after = start if start is not None else (2**63 - 1 if order == "updated" else -1)
+    pairs = sorted(wanted.items())
+    if len(pairs) <= 1:
+        return ops.page(conn, order, pairs[0] if pairs else None, after, count)
+    found: list[tuple[int, SessionInfo]] = []
+    while len(found) < count:
+        rows = ops.page(conn, order, pairs[0], after, _FILTER_BATCH)
+        for position, info in rows:
+            if all(info.labels.get(key) == value for key, value in pairs[1:]):
+                found.append((position, info))
+                if len(found) == count:
+                    break
+        if len(rows) < _FILTER_BATCH:
+            break
+        after = rows[-1][0]
+    return found
 
 
 class Ops(Protocol[ConnT_contra]):
@@ -118,6 +204,31 @@ class Ops(Protocol[ConnT_contra]):
     def update_data_if(
         self, conn: ConnT_contra, session_id: str, snapshot: str | None, revision: int
     ) -> tuple[bool, int]: ...
+
+    def cursor_secret(self, conn: ConnT_contra) -> str: ...
+    def page(
+        self, conn: ConnT_contra, order: str, pair: tuple[str, str] | None, after: int, limit: int
+    ) -> list[tuple[int, SessionInfo]]:
+        """At most ``limit`` sessions past position ``after`` in ``order``, with their positions."""
+        ...
+
+    def session_info(self, conn: ConnT_contra, session_id: str) -> SessionInfo | None: ...
+    def set_labels(self, conn: ConnT_contra, session_id: str, labels: str) -> None: ...
+    def prune_steps(self, conn: ConnT_contra, session_id: str, keep: int) -> int: ...
+    def steps_after(
+        self, conn: ConnT_contra, session_id: str, after: int, limit: int
+    ) -> list[RunStep]: ...
+    def fork_session(
+        self, conn: ConnT_contra, source_id: str, new_id: str, keep: int | None
+    ) -> None: ...
+    def restore_session(
+        self,
+        conn: ConnT_contra,
+        session: Session,
+        info: SessionInfo,
+        final: FinalizeSummary | None,
+    ) -> None: ...
+    def expire_sessions(self, conn: ConnT_contra, idle_for: float, limit: int) -> list[str]: ...
 
     def acquire_lease(
         self, conn: ConnT_contra, session_id: str, owner: str, ttl: float
@@ -175,6 +286,7 @@ class SqlStore(Generic[ConnT]):
         self._workers = workers
         self._ops = ops
         self._closed = False
+        self._secret: str | None = None
 
     def _check_open(self) -> None:
         if self._closed:
@@ -458,9 +570,10 @@ class SqlStore(Generic[ConnT]):
     async def delete_session(self, session_id: str) -> bool:
         """Drop the session, its steps and its summaries in one transaction.
 
-        Returns ``True`` if the store held anything for the session. Its lease
-        row stays: a later acquire still gets a larger token. Its revision is
-        kept too (a later write goes above it).
+        Returns ``True`` if the store held anything for the session (labels
+        included). Its lease row stays: a later acquire still gets a larger
+        token. Its revision grows (a stale ``update_data_if`` fails, a later
+        write goes above it).
 
         Raises:
             StoreClosedError: the store was closed.
@@ -507,8 +620,8 @@ class SqlStore(Generic[ConnT]):
     async def revision(self, session_id: str) -> int:
         """The session's revision: 0 if never written, larger after every session write.
 
-        Only order and equality mean anything. A deleted session keeps the
-        revision it had, so a stale ``update_data_if`` fails; lease calls
+        Only order and equality mean anything. Deleting a session makes its
+        revision larger, so a stale ``update_data_if`` fails; lease calls
         never change it. Creates nothing.
 
         Raises:
@@ -565,6 +678,260 @@ class SqlStore(Generic[ConnT]):
                 "nothing was written (read the session again and retry)"
             )
         return now
+
+    # -- the session lifecycle ----------------------------------------------
+
+    async def _cursor_secret(self) -> str:
+        secret = self._secret
+        if secret is None:
+            ops = self._ops
+            secret = await self._workers.call(Read(ops.cursor_secret, name="page_sessions"))
+            self._secret = secret
+        return secret
+
+    async def page_sessions(
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        order: str = "updated",
+    ) -> SessionPage:
+        """At most ``limit`` sessions, then a cursor for the rest (``None`` on the last page).
+
+        ``order="updated"``: most recently written first (``list_sessions``'
+        order); ``"created"``: oldest first by first write. ``labels``: only
+        sessions carrying every pair. Keyset pagination: a session not written
+        while paging comes back exactly once, and a page walks one index from
+        the cursor's position (O(limit) at any depth) without labels or with
+        one pair; further pairs are checked on the rows that pair's index gives.
+        A cursor is valid on any handle onto the same database.
+
+        Raises:
+            TypeError, ValueError: a bad ``limit``, ``labels`` or ``order``; a
+                cursor this database did not make, or made for another
+                ``order`` or ``labels``.
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed.
+
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
+        """
+        count = min(validate_n(limit, "limit"), _MAX_WINDOW - 1)
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {preview(order)}")
+        wanted = validate_labels(labels) if labels is not None else {}
+        if cursor is not None and not isinstance(cursor, str):
+            raise TypeError(f"cursor must be a str or None, got {preview(cursor)}")
+        self._check_open()
+        tag = query_tag(order, wanted)
+        secret = await self._cursor_secret()
+        start = decode(secret, tag, cursor) if cursor is not None else None
+        ops = self._ops
+
+        def read(conn: ConnT) -> list[tuple[int, SessionInfo]]:
+            return _page(ops, conn, order, wanted, start, count + 1)
+
+        found = await self._workers.call(Read(read, name="page_sessions"))
+        more = len(found) > count
+        page = found[:count]
+        next_cursor = encode(secret, tag, page[-1][0]) if more else None
+        return SessionPage(tuple(info for _, info in page), next_cursor)
+
+    async def session_info(self, session_id: str) -> SessionInfo | None:
+        """The session's info and labels, or ``None`` if no session write created it.
+
+        Raises:
+            TypeError, ValueError: a bad session id.
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed.
+
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
+        """
+        validate_session_id(session_id)
+        ops = self._ops
+
+        def read(conn: ConnT) -> SessionInfo | None:
+            return ops.session_info(conn, session_id)
+
+        return await self._workers.call(Read(read, name="session_info"))
+
+    async def set_labels(self, session_id: str, labels: Mapping[str, str]) -> None:
+        """Replace the session's labels (``{}`` clears them); a session write.
+
+        Like every session write it creates the session, makes its revision
+        larger and moves it to the front of the listing; one transaction.
+
+        Raises:
+            TypeError, ValueError: a bad session id, or labels breaking
+                ``validate_labels``'s rules (at most 32 pairs, keys and values
+                non-empty text of at most 256 UTF-8 bytes); nothing changed.
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed; nothing was written.
+
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
+        """
+        await self._set_labels(session_id, labels, None)
+
+    async def _set_labels(
+        self, session_id: str, labels: Mapping[str, str], fence: Lease | None
+    ) -> None:
+        validate_session_id(session_id)
+        text = labels_text(validate_labels(labels))
+        ops = self._ops
+        write = self._fence(fence, session_id, lambda c: ops.set_labels(c, session_id, text))
+        await self._workers.call(IdempotentWrite(write, name="set_labels"))
+
+    async def prune_steps(self, session_id: str, *, keep_last: int) -> int:
+        """Remove all but the newest ``keep_last`` (an int >= 1) steps of the session, in
+        insertion order; how many were removed. One statement.
+
+        What remains keeps its order and every field; the loop's next index
+        follows the last step kept; other sessions are untouched. The space
+        goes back to the file system on a SQLite file made by this version
+        (``auto_vacuum=INCREMENTAL``); on PostgreSQL, to the table (see
+        ``docs/decisions.md``).
+
+        Raises:
+            TypeError, ValueError: ``keep_last`` is not an int >= 1, or a bad
+                session id; nothing was removed.
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed; nothing was removed.
+
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
+        """
+        return await self._prune_steps(session_id, keep_last, None)
+
+    async def _prune_steps(self, session_id: str, keep_last: int, fence: Lease | None) -> int:
+        validate_session_id(session_id)
+        keep = validate_n(keep_last, "keep_last")
+        keep = min(keep, _MAX_WINDOW)
+        ops = self._ops
+        write = self._fence(fence, session_id, lambda c: ops.prune_steps(c, session_id, keep))
+        return await self._workers.call(IdempotentWrite(write, name="prune_steps"))
+
+    async def steps_after(self, session_id: str, after: int, limit: int) -> list[RunStep]:
+        """``all(session_id)[after:after + limit]``: a range of the trace, in insertion order.
+
+        Walks the session's index from its start: the cost grows with
+        ``after + limit``, never with other sessions.
+
+        Raises:
+            TypeError, ValueError: ``after`` is not an int >= 0, or ``limit`` not an int >= 1.
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed.
+
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
+        """
+        validate_session_id(session_id)
+        skip = min(_check_count(after, "after"), _MAX_WINDOW)
+        count = min(validate_n(limit, "limit"), _MAX_WINDOW)
+        ops = self._ops
+
+        def read(conn: ConnT) -> list[RunStep]:
+            return ops.steps_after(conn, session_id, skip, count)
+
+        return await self._workers.call(Read(read, name="steps_after"))
+
+    async def fork_session(
+        self, source_id: str, new_id: str, *, keep_first: int | None = None
+    ) -> None:
+        """In one transaction: ``new_id`` gets the source's model, system prompt, data and
+        labels, and copies of its first ``keep_first`` steps (all when ``None``), in order,
+        every field kept but ``session_id``; no run summaries, a revision above any kept
+        for ``new_id``, no lease; the source unchanged.
+
+        Raises:
+            TypeError, ValueError: a bad id, ``new_id == source_id``, or
+                ``keep_first`` not an int >= 0 or ``None``.
+            KeyError: the source has no session row and no steps (a ``LookupError``).
+            SessionExistsError: ``new_id`` has a session row or steps; nothing changed.
+                (Retried after a lost connection whose first attempt committed,
+                the fork reports this too: read it back.)
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed; nothing was written.
+
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
+        """
+        await self._fork_session(source_id, new_id, keep_first, None)
+
+    async def _fork_session(
+        self, source_id: str, new_id: str, keep_first: int | None, fence: Lease | None
+    ) -> None:
+        validate_session_id(source_id, "source_id")
+        validate_session_id(new_id, "new_id")
+        if new_id == source_id:
+            raise ValueError(f"new_id must differ from source_id, got {new_id!r} for both")
+        keep = _check_keep_first(keep_first)
+        ops = self._ops
+
+        def write(conn: ConnT) -> None:
+            ops.fork_session(conn, source_id, new_id, keep)
+
+        run = self._fence(fence, new_id, write)
+        await self._workers.call(IdempotentWrite(run, name="fork_session"))
+
+    async def restore_session(
+        self, session: Session, info: SessionInfo, final: FinalizeSummary | None
+    ) -> None:
+        """Create ``session.id`` as an export recorded it: settings and data, labels, run
+        total, ``created_at`` / ``updated_at`` and the latest run summary; one transaction.
+
+        A session write (its revision grows). The times are kept as recorded.
+
+        Raises:
+            TypeError, ValueError: an argument of the wrong type, ``info`` of
+                another session, or ``final`` whose status is not ``info.status``.
+            SessionExistsError: the session has a session row or steps; nothing changed.
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed; nothing was written.
+
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
+        """
+        await self._restore_session(session, info, final, None)
+
+    async def _restore_session(
+        self,
+        session: Session,
+        info: SessionInfo,
+        final: FinalizeSummary | None,
+        fence: Lease | None,
+    ) -> None:
+        check_restored(session, info, final)
+        ops = self._ops
+
+        def write(conn: ConnT) -> None:
+            ops.restore_session(conn, session, info, final)
+
+        run = self._fence(fence, session.id, write)
+        await self._workers.call(IdempotentWrite(run, name="restore_session"))
+
+    async def expire_sessions(self, *, idle_for: float, limit: int = 1000) -> list[str]:
+        """Delete, as ``delete_session`` does, up to ``limit`` sessions whose last session
+        write is older than ``idle_for`` seconds on the store's clock and that hold no live
+        lease; their ids.
+
+        Sessions that have steps but no session row are judged by their newest
+        step. A session whose lease expired unreleased is taken over first (a
+        new, larger token, released), so its old holder's fenced writes fail.
+        Never waits for a lease; several processes may run it at once, each
+        session deleted once (each store's class docstring says how).
+
+        Raises:
+            TypeError, ValueError: ``idle_for`` is not finite seconds > 0, or
+                ``limit`` not an int >= 1.
+            StoreClosedError: the store was closed.
+            StoreUnavailableError: the backend failed; nothing was deleted.
+
+        **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
+        """
+        seconds = check_seconds(idle_for, "idle_for")
+        count = min(validate_n(limit, "limit"), _MAX_WINDOW)
+        ops = self._ops
+
+        def write(conn: ConnT) -> list[str]:
+            return ops.expire_sessions(conn, seconds, count)
+
+        return await self._workers.call(IdempotentWrite(write, name="expire_sessions"))
 
     # -- leases ------------------------------------------------------------
 
@@ -766,7 +1133,69 @@ class FencedSqlStore(Generic[ConnT]):
         """
         return await self._store._delete_session(session_id, self._lease)
 
+    async def set_labels(self, session_id: str, labels: Mapping[str, str]) -> None:
+        """As the store's ``set_labels``, fenced (the lease check in the write's transaction).
+
+        Raises:
+            LeaseLostError: as for :meth:`update_data`; nothing was written.
+        """
+        await self._store._set_labels(session_id, labels, self._lease)
+
+    async def prune_steps(self, session_id: str, *, keep_last: int) -> int:
+        """As the store's ``prune_steps``, fenced.
+
+        Raises:
+            LeaseLostError: as for :meth:`update_data`; nothing was removed.
+        """
+        return await self._store._prune_steps(session_id, keep_last, self._lease)
+
+    async def fork_session(
+        self, source_id: str, new_id: str, *, keep_first: int | None = None
+    ) -> None:
+        """As the store's ``fork_session``, fenced when ``new_id`` is the leased session.
+
+        Raises:
+            LeaseLostError: the leased session's lease was acquired again since;
+                nothing was written.
+        """
+        await self._store._fork_session(source_id, new_id, keep_first, self._lease)
+
+    async def restore_session(
+        self, session: Session, info: SessionInfo, final: FinalizeSummary | None
+    ) -> None:
+        """As the store's ``restore_session``, fenced.
+
+        Raises:
+            LeaseLostError: as for :meth:`update_data`; nothing was written.
+        """
+        await self._store._restore_session(session, info, final, self._lease)
+
+    async def expire_sessions(self, *, idle_for: float, limit: int = 1000) -> list[str]:
+        """As the store's ``expire_sessions`` (store-wide: never a live lease's session)."""
+        return await self._store.expire_sessions(idle_for=idle_for, limit=limit)
+
     # -- reads and the rest, passed through --------------------------------
+
+    async def page_sessions(
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        order: str = "updated",
+    ) -> SessionPage:
+        """As the store's ``page_sessions``; not fenced."""
+        return await self._store.page_sessions(
+            limit=limit, cursor=cursor, labels=labels, order=order
+        )
+
+    async def session_info(self, session_id: str) -> SessionInfo | None:
+        """As the store's ``session_info``; not fenced."""
+        return await self._store.session_info(session_id)
+
+    async def steps_after(self, session_id: str, after: int, limit: int) -> list[RunStep]:
+        """As the store's ``steps_after``; not fenced."""
+        return await self._store.steps_after(session_id, after, limit)
 
     async def last_n(self, session_id: str, n: int) -> list[RunStep]:
         """As the store's ``last_n``; not fenced (reads are never refused)."""

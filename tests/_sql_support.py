@@ -167,3 +167,35 @@ async def expect_queued_append_cancelled(store: SqliteStore | PostgresStore) -> 
     assert await store.all("s") == []
     await store.append(RunStep("s", 1, "tool_result"))
     assert [s.step_index for s in await store.all("s")] == [1]
+
+
+# What undoes the lifecycle schema version (SQLite 4, PostgreSQL 6), for tests that
+# take a store back to an earlier version by dropping what later versions added.
+SQLITE_UNDO_LIFECYCLE = (
+    "DROP TRIGGER session_labels_follow",
+    "DROP TABLE session_labels",
+    "DROP TABLE meta",
+    "DROP INDEX sessions_by_created",
+    "ALTER TABLE sessions DROP COLUMN labels",
+    "ALTER TABLE sessions DROP COLUMN created_seq",
+)
+PG_UNDO_LIFECYCLE = (
+    "DROP TABLE {s}.session_labels",
+    "DROP TABLE {s}.meta",
+    "DROP INDEX {s}.sessions_by_updated",
+    "DROP FUNCTION {s}.session_created() CASCADE",
+    "DROP FUNCTION {s}.session_labels_follow() CASCADE",
+    "ALTER TABLE {s}.sessions DROP COLUMN labels, DROP COLUMN created_seq",
+)
+
+
+def undo_lifecycle_pg(dsn: str, schema: str) -> None:
+    """Take a PostgreSQL schema at the lifecycle version back to the version before it."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        quoted = sql.Identifier(schema).as_string(conn)
+        for statement in PG_UNDO_LIFECYCLE:
+            conn.execute(statement.format(s=quoted))
+        conn.execute(f"UPDATE {quoted}.schema_version SET version = 5")

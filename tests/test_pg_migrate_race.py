@@ -6,7 +6,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from _sql_support import fresh_schema, pg_dsn
+from _sql_support import fresh_schema, pg_dsn, undo_lifecycle_pg
 
 from agentloop import RunStep
 from agentloopsql import PostgresStore, _pg_schema
@@ -19,6 +19,7 @@ def dsn() -> str:
 
 
 def _downgrade_to_version_4(dsn: str, schema: str) -> None:
+    undo_lifecycle_pg(dsn, schema)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f'DROP TABLE "{schema}".revision_floors')
         conn.execute(f'UPDATE "{schema}".schema_version SET version = 4')
@@ -29,7 +30,7 @@ async def test_a_migration_committing_during_the_unlocked_check_is_not_damage(
 ) -> None:
     """Another process migrates between the check's read of the tables and of the version:
     the open is not refused as "damaged"; it judges the schema again under the lock."""
-    assert SCHEMA_VERSION == 5  # the downgrade below undoes exactly version 5
+    assert SCHEMA_VERSION == 6  # the downgrade below undoes exactly versions 6 and 5
     read_version = _pg_schema._read_version
     raced: list[bool] = []
 

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 import trio
 from _pg_private import CuttingProxy, cutting_proxy
-from _sql_support import fresh_schema, pg_dsn
+from _sql_support import fresh_schema, pg_dsn, undo_lifecycle_pg
 
 from agentloop import FinalizeSummary, RunStep
 from agentloopsql import PostgresStore
@@ -175,6 +175,7 @@ def _make_version_2_with_duplicates(dsn: str, schema: str) -> None:
             content,
             key,
         )
+    undo_lifecycle_pg(dsn, schema)
     raw(dsn, f"DROP TABLE {s}.leases")
     raw(dsn, f"DROP TABLE {s}.revision_floors")
     raw(dsn, f"UPDATE {s}.schema_version SET version = 2")

@@ -20,6 +20,7 @@ from _sql_support import (
     new_schema_name,
     occupy_worker,
     pg_dsn,
+    undo_lifecycle_pg,
 )
 
 from agentloop import (
@@ -189,6 +190,7 @@ class TestOpen:
             async with await PostgresStore.open(dsn, schema=schema, pool_size=1) as pg:
                 await pg.finalize("s", FinalizeSummary("completed", step_count=2))
             key = raw(dsn, f'SELECT final_key FROM "{schema}".sessions')[0][0]
+            undo_lifecycle_pg(dsn, schema)
             raw(dsn, f'DROP TABLE "{schema}".finalize_keys')
             raw(dsn, f'DROP INDEX "{schema}".steps_append_once')
             raw(dsn, f'DROP TABLE "{schema}".leases')

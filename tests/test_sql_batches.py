@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 import trio
-from _sql_support import SqlTarget, fresh_schema, open_sql_store
+from _sql_support import (
+    SQLITE_UNDO_LIFECYCLE,
+    SqlTarget,
+    fresh_schema,
+    open_sql_store,
+    undo_lifecycle_pg,
+)
 
 from agentloop import (
     FinalizeSummary,
@@ -111,11 +117,12 @@ async def test_delete_keeps_revisions_growing(sql_target: SqlTarget, tmp_path: P
         await store.update_data("s", "[1]")
         before = await store.revision("s")
         assert await store.delete_session("s")
-        assert await store.revision("s") == before
-        with pytest.raises(RevisionConflictError, match=rf"is at revision {before}, not 0;"):
-            await store.update_data_if("s", "[2]", 0)
+        after = await store.revision("s")
+        assert after > before  # a delete makes the revision larger
+        with pytest.raises(RevisionConflictError, match=rf"is at revision {after}, not {before};"):
+            await store.update_data_if("s", "[2]", before)
         await store.finalize("s", FinalizeSummary(RunStatus.completed))
-        assert await store.revision("s") > before
+        assert await store.revision("s") > after
 
 
 async def test_handles_racing_update_data_if(sql_target: SqlTarget, tmp_path: Path) -> None:
@@ -163,6 +170,8 @@ def test_sqlite_sessions_before_revisions_get_one(tmp_path: Path) -> None:
 
     trio.run(write)
     conn = sqlite3.connect(path)
+    for statement in SQLITE_UNDO_LIFECYCLE:
+        conn.execute(statement)
     conn.execute("DROP TABLE revision_floors")
     conn.execute("PRAGMA user_version = 2")
     conn.commit()
@@ -177,6 +186,7 @@ async def test_pg_sessions_before_revisions_get_one(postgres_dsn: str) -> None:
     async with fresh_schema(postgres_dsn) as schema:
         async with await PostgresStore.open(postgres_dsn, schema=schema, pool_size=1) as pg:
             await pg.update_data("s", '{"v": 1}')
+        undo_lifecycle_pg(postgres_dsn, schema)
         with psycopg.connect(postgres_dsn, autocommit=True) as conn:
             conn.execute(f'DROP TABLE "{schema}".revision_floors')
             conn.execute(f'UPDATE "{schema}".schema_version SET version = 4')

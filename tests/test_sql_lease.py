@@ -16,7 +16,7 @@ import pytest
 import trio
 import trio.testing
 from _lease_kit import Backend, Kit, backend_of, open_kit
-from _sql_support import occupy_worker
+from _sql_support import occupy_worker, undo_lifecycle_pg
 
 from agentloop import (
     FinalizeSummary,
@@ -351,6 +351,7 @@ async def test_postgres_version_3_schema_migrates_and_leases(
     async with open_kit(Backend("postgres", postgres_dsn), tmp_path, pool_size=1) as kit:
         await kit.store.update_data("s", "[1]")
         await kit.store.aclose()
+        undo_lifecycle_pg(postgres_dsn, kit.schema)
         kit.raw("DROP TABLE {s}.leases")
         kit.raw("DROP TABLE IF EXISTS {s}.revision_floors")  # a later version's table
         kit.raw("UPDATE {s}.schema_version SET version = 3")

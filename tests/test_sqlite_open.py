@@ -96,15 +96,18 @@ class TestForeignFiles:
         path = make_db(
             tmp_path / "v.db",
             *our_ddl(skip=("CREATE TABLE steps", "steps_by_session")),
-            user_version=1,
+            user_version=SCHEMA_VERSION,
         )
         make_db(path, "CREATE VIEW steps AS SELECT 1 AS seq")
-        await refused(path, r"'steps' is a view, expected a table \(agentloopsql schema version 1")
+        await refused(
+            path,
+            rf"'steps' is a view, expected a table \(agentloopsql schema version {SCHEMA_VERSION}",
+        )
 
     async def test_column_of_another_type(self, tmp_path: Path) -> None:
-        """One column's constraints differ from what schema version 1 creates: refused."""
+        """One column's constraints differ from what its schema version creates: refused."""
         ddl = our_ddl(replace=("step_total INTEGER NOT NULL DEFAULT 0", "step_total INTEGER"))
-        path = make_db(tmp_path / "c.db", *ddl, user_version=1)
+        path = make_db(tmp_path / "c.db", *ddl, user_version=SCHEMA_VERSION)
         await refused(
             path,
             r"column sessions\.step_total is 'INTEGER', expected 'INTEGER NOT NULL DEFAULT 0'",
@@ -112,7 +115,9 @@ class TestForeignFiles:
 
     async def test_missing_index(self, tmp_path: Path) -> None:
         """Our tables without our index are refused (the migration would not add it)."""
-        path = make_db(tmp_path / "i.db", *our_ddl(skip=("steps_by_session",)), user_version=1)
+        path = make_db(
+            tmp_path / "i.db", *our_ddl(skip=("steps_by_session",)), user_version=SCHEMA_VERSION
+        )
         await refused(path, r"table 'steps' lacks the index 'steps_by_session'")
 
     async def test_extra_unique_index(self, tmp_path: Path) -> None:
