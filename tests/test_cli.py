@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -596,3 +597,45 @@ def test_schema_option_is_the_url_parameter(pg_url: str, tmp_path: Path) -> None
     assert by_query.returncode == by_option.returncode == 0, by_query.stderr + by_option.stderr
     assert [i["id"] for i in json.loads(by_option.stdout)] == ["user-0"]
     assert by_option.stdout == by_query.stdout
+
+
+class TestRetention:
+    def test_prune_keeps_the_newest_steps(self, seeded: str, tmp_path: Path) -> None:
+        """prune --keep-last 2 leaves each session its two newest steps, in order."""
+        done = agentloop("prune", seeded, "--keep-last", "2", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert "pruned 6 step(s) from 3 of 3 session(s), keeping the last 2 of each" in done.stderr
+        shown = agentloop("show", seeded, "user-1", cwd=tmp_path).stdout
+        assert "steps (2)" in shown
+        assert "[0] #2 tool_result remember_name [call call-1]" in shown
+        assert "[1] #3 response" in shown
+        done = agentloop("prune", seeded, "--keep-last", "1", "--session", "user-0", cwd=tmp_path)
+        assert "pruned 1 step(s) from 1 of 1 session(s)" in done.stderr
+        line = failed(
+            agentloop("prune", seeded, "--keep-last", "1", "--session", "x", cwd=tmp_path)
+        )
+        assert "no session 'x'" in line
+
+    def test_expire_deletes_only_idle_sessions(self, seeded: str, tmp_path: Path) -> None:
+        """expire deletes the sessions idle for longer than asked, prints their ids."""
+        done = agentloop("expire", seeded, "--idle-for", "7d", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == ""
+        assert "expired 0 session(s) idle for over 7d" in done.stderr
+        time.sleep(1.5)  # the sessions' last writes are now over a second old
+        done = agentloop("expire", seeded, "--idle-for", "1s", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert sorted(done.stdout.split()) == ["user-0", "user-1", "user-2"]
+        listed = agentloop("sessions", seeded, "--json", cwd=tmp_path)
+        assert json.loads(listed.stdout) == []
+
+    def test_sessions_filtered_by_label(self, seeded: str, tmp_path: Path) -> None:
+        """--label keeps the sessions carrying every pair given; the table shows labels."""
+        done = agentloop(
+            "sessions", seeded, "--label", "n=1", "--label", "suite=evals", cwd=tmp_path
+        )
+        assert done.returncode == 0, done.stderr
+        rows = done.stdout.splitlines()[1:]
+        assert [row.split() for row in rows] == [
+            ["user-1", "completed", "4", *rows[0].split()[3:5], "n=1,suite=evals"]
+        ]
