@@ -6,6 +6,7 @@ private modules, so that every rule below has one home for every store:
 
 - argument checks that stores make exactly as the value types do
   (:func:`preview` for messages, :func:`check_steps`, :func:`check_session_ids`,
+  :func:`check_idle_for`,
   :func:`check_revision`, :func:`check_seconds`, :func:`validate_owner`,
   :data:`INT32_MAX`);
 - :func:`trusted_builder`, to build a value from fields checked already;
@@ -20,6 +21,7 @@ from agentloop._lease import check_fence, check_granted, check_renewable
 from agentloop._types import check_steps
 from agentloop._validate import (
     INT32_MAX,
+    check_idle_for,
     check_revision,
     check_seconds,
     check_session_ids,
@@ -34,6 +36,7 @@ __all__ = [
     "call_starts",
     "check_fence",
     "check_granted",
+    "check_idle_for",
     "check_renewable",
     "check_revision",
     "check_seconds",

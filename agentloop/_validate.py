@@ -33,7 +33,9 @@ SESSION_ID_MAX_BYTES = 1024
 OWNER_MAX_BYTES = 256
 """The longest lease owner, in UTF-8 bytes: host, pid and a run id fit with room to spare."""
 SECONDS_MAX = INT32_MAX / 1000
-"""The longest duration any seconds argument accepts: 2**31 - 1 ms (~24.8 days).
+"""The longest duration a seconds argument accepts: 2**31 - 1 ms (~24.8 days).
+
+(``expire_sessions``' ``idle_for`` has its own bound, :data:`IDLE_FOR_MAX`.)
 
 The most SQLite's ``busy_timeout`` and PostgreSQL's ``statement_timeout`` can
 hold (a C ``int`` of milliseconds); one ceiling for every seconds argument, so
@@ -197,9 +199,15 @@ def validate_n(n: object, field: str = "n") -> int:
 
 
 def check_seconds(
-    value: object, field: str, *, minimum: float = 0.0, none_allowed: bool = False
+    value: object,
+    field: str,
+    *,
+    minimum: float = 0.0,
+    maximum: float = SECONDS_MAX,
+    none_allowed: bool = False,
 ) -> float:
-    """Check a duration: finite seconds > 0 (or >= ``minimum``) and <= ``SECONDS_MAX``.
+    """Check a duration: finite seconds > 0 (or >= ``minimum``) and <= ``maximum``
+    (``SECONDS_MAX`` unless given).
 
     ``bool`` is not a number here; infinity is refused too: an unbounded wait
     must be asked for (``None`` where ``none_allowed``), not typed by accident.
@@ -217,13 +225,27 @@ def check_seconds(
             f"got {preview(value)} ({_type_name(value)})"
         )
     low_ok = value >= minimum if minimum > 0 else value > 0
-    if not (low_ok and value <= SECONDS_MAX):  # NaN fails both comparisons
+    if not (low_ok and value <= maximum):  # NaN fails both comparisons
         low = f">= {minimum:g}" if minimum > 0 else "> 0"
         raise ValueError(
-            f"{field} must be a finite number of seconds {low} and <= {SECONDS_MAX}{or_none}, "
+            f"{field} must be a finite number of seconds {low} and <= {maximum:g}{or_none}, "
             f"got {value!r}"
         )
     return float(value)
+
+
+IDLE_FOR_MAX = 100 * 365.25 * 86_400
+"""The longest ``idle_for`` ``expire_sessions`` accepts: 100 years, in seconds.
+
+Retention is set in days or months, far past ``SECONDS_MAX`` (a bound that
+exists for timeouts the databases take in milliseconds); a cutoff this far
+back is still a valid time on every store.
+"""
+
+
+def check_idle_for(value: object) -> float:
+    """Check ``expire_sessions``' ``idle_for``: finite seconds > 0 and <= ``IDLE_FOR_MAX``."""
+    return check_seconds(value, "idle_for", maximum=IDLE_FOR_MAX)
 
 
 def _refuse_constant(name: str) -> Any:

@@ -23,7 +23,7 @@ from agentloop import (
     validate_n,
     validate_session_id,
 )
-from agentloop._shared import check_seconds, preview
+from agentloop._shared import check_idle_for, preview
 from agentloopmem._sessions import FencedStore, SessionStore
 from agentloopmem._steps import StepStore
 
@@ -111,7 +111,7 @@ class MemoryStore(SessionStore):
     async def expire_sessions(self, *, idle_for: float, limit: int = 1000) -> list[str]:
         """As ``SessionStore.expire_sessions``, deleting steps too, and also sessions that
         have steps but no session row, judged by their latest append."""
-        seconds = check_seconds(idle_for, "idle_for")
+        seconds = check_idle_for(idle_for)
         count = validate_n(limit, "limit")
         now = self._now()
         cutoff = now - timedelta(seconds=seconds)

@@ -37,6 +37,7 @@ from agentloop import (
 from agentloop._shared import (
     check_fence,
     check_granted,
+    check_idle_for,
     check_renewable,
     check_revision,
     check_seconds,
@@ -618,7 +619,7 @@ class SessionStore:
                 > 0, or ``limit`` not an int >= 1.
             StoreClosedError: the store was closed.
         """
-        seconds = check_seconds(idle_for, "idle_for")
+        seconds = check_idle_for(idle_for)
         count = validate_n(limit, "limit")
         now = self._now()
         cutoff = now - timedelta(seconds=seconds)

@@ -47,6 +47,7 @@ from agentloop import (
     validate_session_id,
 )
 from agentloop._shared import (
+    check_idle_for,
     check_revision,
     check_seconds,
     check_session_ids,
@@ -958,7 +959,7 @@ class SqlStore(Generic[ConnT]):
 
         **Cancellation handling**: all-or-nothing (see :class:`SqlStore`).
         """
-        seconds = check_seconds(idle_for, "idle_for")
+        seconds = check_idle_for(idle_for)
         count = min(validate_n(limit, "limit"), _MAX_WINDOW)
         ops = self._ops
 

@@ -618,7 +618,7 @@ class TestRetention:
 
     def test_expire_deletes_only_idle_sessions(self, seeded: str, tmp_path: Path) -> None:
         """expire deletes the sessions idle for longer than asked, prints their ids."""
-        done = agentloop("expire", seeded, "--idle-for", "7d", cwd=tmp_path)
+        done = agentloop("expire", seeded, "--idle-for", "30d", cwd=tmp_path)
         assert done.returncode == 0, done.stderr
         assert done.stdout == ""
         assert "expired 0 session(s) idle for over 7d" in done.stderr

@@ -479,3 +479,19 @@ class TestCancellation:
         assert (dict(info.labels), await store.revision("s")) == ({"k": "v"}, revision)
         assert len(await store.all("s")) == 3
         assert not await store.exists("copy")
+
+
+@pytest.mark.parametrize("days", [30, 365])
+async def test_expire_takes_retention_periods_past_the_timeout_bound(days: int) -> None:
+    """idle_for of a month or a year is a retention period, not a timeout: it is accepted."""
+    store = MemoryStore()
+    await store.update_data("fresh", None)
+    assert await store.expire_sessions(idle_for=days * 86_400.0) == []
+    assert await store.exists("fresh")
+
+
+async def test_expire_refuses_idle_for_past_a_hundred_years() -> None:
+    """Past IDLE_FOR_MAX the call is refused, naming idle_for and the bound."""
+    store = MemoryStore()
+    with pytest.raises(ValueError, match=r"idle_for must be a finite number of seconds > 0"):
+        await store.expire_sessions(idle_for=101 * 365.25 * 86_400)

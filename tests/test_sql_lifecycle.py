@@ -615,3 +615,14 @@ async def test_sqlite_expires_step_only_sessions_while_a_recent_session_exists(
         assert await store.exists("young")
     finally:
         await store.aclose()
+
+
+async def test_sql_expire_takes_retention_periods(store: Store) -> None:
+    """Retention periods past the timeout bound (30 days, a year) are accepted on both SQL
+    stores; past 100 years the call is refused naming idle_for."""
+    await store.update_data("fresh", None)
+    assert await store.expire_sessions(idle_for=30 * 86_400.0) == []
+    assert await store.expire_sessions(idle_for=365 * 86_400.0) == []
+    assert await store.exists("fresh")
+    with pytest.raises(ValueError, match=r"idle_for must be a finite number of seconds > 0"):
+        await store.expire_sessions(idle_for=101 * 365.25 * 86_400)
