@@ -621,7 +621,7 @@ class TestRetention:
         done = agentloop("expire", seeded, "--idle-for", "30d", cwd=tmp_path)
         assert done.returncode == 0, done.stderr
         assert done.stdout == ""
-        assert "expired 0 session(s) idle for over 7d" in done.stderr
+        assert "expired 0 session(s) idle for over 30d" in done.stderr
         time.sleep(1.5)  # the sessions' last writes are now over a second old
         done = agentloop("expire", seeded, "--idle-for", "1s", cwd=tmp_path)
         assert done.returncode == 0, done.stderr
