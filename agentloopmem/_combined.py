@@ -192,9 +192,15 @@ class MemoryStore(SessionStore):
         return FencedMemoryStore(self, self._own_steps, lease)
 
     async def aclose(self) -> None:
-        """Close both halves and free their contents; idempotent."""
-        await super().aclose()
-        await self._own_steps.aclose()
+        """Close both halves and free their contents, in one step; idempotent.
+
+        A cancelled call leaves both open.
+        """
+        await self._guard.close(self._clear_both)
+
+    def _clear_both(self) -> None:
+        self._clear()
+        self._own_steps._close_now()
 
 
 class FencedMemoryStore(FencedStore):

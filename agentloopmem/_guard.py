@@ -66,11 +66,15 @@ class Guard:
         A cancelled call leaves the store open.
         """
         await call_starts()
+        self.close_now(clear)
+        await call_ends()
+
+    def close_now(self, clear: Callable[[], None]) -> None:
+        """:meth:`close`'s work, synchronously: for a store closing another with itself."""
         with self._lock:
             if not self._closed:
                 self._closed = True
                 clear()
-        await call_ends()
 
 
 Clock = Callable[[], datetime]

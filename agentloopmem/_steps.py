@@ -165,6 +165,11 @@ class StepStore:
         """
         await self._guard.close(self._clear)
 
+    def _close_now(self) -> None:
+        """Close at once, without a checkpoint: for ``MemoryStore.aclose``, which closes both
+        halves in one step so a cancellation never leaves one of them open."""
+        self._guard.close_now(self._clear)
+
     def _clear(self) -> None:
         self._steps.clear()
         self._appends.clear()

@@ -402,7 +402,7 @@ class StepMachine(RuleBasedStateMachine):
         for index in indices:
             self.counter += 1
             batch.append(RunStep(sid, index, StepType.tool_call, f"#{self.counter} batch"))
-        call(self.steps.ensure, sid)
+        on_loop(self.steps.ensure, sid)  # the harness's set-up, not a call of the program
         call(self.steps.store.append_many, batch)
         self.model.setdefault(sid, []).extend(batch)
 
