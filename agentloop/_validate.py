@@ -228,7 +228,7 @@ def check_seconds(
     if not (low_ok and value <= maximum):  # NaN fails both comparisons
         low = f">= {minimum:g}" if minimum > 0 else "> 0"
         raise ValueError(
-            f"{field} must be a finite number of seconds {low} and <= {maximum:g}{or_none}, "
+            f"{field} must be a finite number of seconds {low} and <= {maximum}{or_none}, "
             f"got {value!r}"
         )
     return float(value)

@@ -22,6 +22,14 @@ def _is_ours(name: str) -> bool:
     return name.split(".")[0] in OURS
 
 
+def _not_a_name(name: str) -> bool:
+    """Private, or not an identifier at all: ``@py_builtins`` and ``@pytest_ar`` are what
+    pytest's assertion rewriting adds to a module it rewrote (it rewrites every module of a
+    distribution with a pytest11 entry point, as ours has for the plugin); nothing can
+    import them."""
+    return name.startswith("_") or not name.isidentifier()
+
+
 def _leaks(module: types.ModuleType) -> list[str]:
     """Public attributes that are not in ``__all__`` and should not be reachable.
 
@@ -35,7 +43,7 @@ def _leaks(module: types.ModuleType) -> list[str]:
     is_package = hasattr(module, "__path__")
     leaked = []
     for name, value in vars(module).items():
-        if name.startswith("_") or name in exported or value is _FUTURE_ANNOTATIONS:
+        if _not_a_name(name) or name in exported or value is _FUTURE_ANNOTATIONS:
             continue
         if isinstance(value, types.ModuleType):
             if value.__name__ in PUBLIC_SUBMODULES:

@@ -16,7 +16,7 @@ def test_all_names_exist_and_nothing_private_leaks() -> None:
     assert agentloopsql.__all__ == ["PostgresStore", "SqliteStore"]
     for name in agentloopsql.__all__:
         assert getattr(agentloopsql, name).__module__.startswith("agentloopsql._")
-    public = {n for n in vars(agentloopsql) if not n.startswith("_")}
+    public = {n for n in vars(agentloopsql) if not n.startswith("_") and n.isidentifier()}
     assert public - {"annotations"} <= set(agentloopsql.__all__) | {"testing"}
 
 
