@@ -5,6 +5,8 @@ to the same records; ``restore_session`` refuses an existing session and changes
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -81,6 +83,17 @@ def _first_difference(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> str:
     return f"{len(a)} lines, then {len(b)} lines"
 
 
+@asynccontextmanager
+async def _scratch() -> AsyncIterator[str]:
+    """A temporary directory made and removed off the event loop thread (anyio's own
+    ``TemporaryDirectory`` needs anyio 4.8; the floor is 4.6)."""
+    path = await anyio.to_thread.run_sync(tempfile.mkdtemp)
+    try:
+        yield path
+    finally:
+        await anyio.to_thread.run_sync(shutil.rmtree, path, True)
+
+
 @clause(
     "session.transfer.round-trip",
     "sessions exported, imported into a fresh agentloopmem store, exported, imported into "
@@ -90,7 +103,7 @@ def _first_difference(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> str:
     hint="restore_session writing the session as new (fresh times, no run total)",
 )
 async def _round_trip(h: Harness) -> None:
-    async with anyio.TemporaryDirectory() as tmp:
+    async with _scratch() as tmp:
         first, second, third = (f"{tmp}/{name}.jsonl" for name in ("a", "b", "c"))
         async with _pair(h) as pair:
             if pair is None:
@@ -176,7 +189,7 @@ async def _restore_exists(h: Harness) -> None:
 
 
 async def _import_refused(h: Harness, steps_store: Any, store: Any) -> None:
-    async with anyio.TemporaryDirectory() as tmp:
+    async with _scratch() as tmp:
         path = f"{tmp}/two.jsonl"
         memory = await _memory()
         try:
