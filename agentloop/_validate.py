@@ -107,29 +107,24 @@ def validate_session_id(value: object, field: str = "session_id") -> str:
         and "\x00" not in value
     ):
         return value  # the common case, checked without the slower path below
+    return _short_text(value, field, SESSION_ID_MAX_BYTES)
+
+
+def _short_text(value: object, field: str, max_bytes: int) -> str:
+    """Non-empty text without NUL of at most ``max_bytes`` UTF-8 bytes (ids, labels)."""
     text = check_text(value, field, allow_nul=False)
     if not text:
         raise ValueError(f"{field} must be a non-empty str, got ''")
     size = len(text.encode("utf-8"))
-    if size > SESSION_ID_MAX_BYTES:
+    if size > max_bytes:
         raise ValueError(
-            f"{field} must be at most {SESSION_ID_MAX_BYTES} UTF-8 bytes, "
-            f"got {size} bytes: {preview(text)}"
+            f"{field} must be at most {max_bytes} UTF-8 bytes, got {size} bytes: {preview(text)}"
         )
     return text
 
 
 def _label_text(value: object, field: str) -> str:
-    text = check_text(value, field, allow_nul=False)
-    if not text:
-        raise ValueError(f"{field} must be a non-empty str, got ''")
-    size = len(text.encode("utf-8"))
-    if size > LABEL_MAX_BYTES:
-        raise ValueError(
-            f"{field} must be at most {LABEL_MAX_BYTES} UTF-8 bytes, got {size} bytes: "
-            f"{preview(text)}"
-        )
-    return text
+    return _short_text(value, field, LABEL_MAX_BYTES)
 
 
 def validate_labels(labels: object, field: str = "labels") -> dict[str, str]:
