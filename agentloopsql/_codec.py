@@ -43,7 +43,7 @@ def from_micros(micros: int) -> datetime:
 
 def as_utc(moment: datetime) -> datetime:
     """``moment`` (aware, from a driver in any time zone) in UTC."""
-    return moment.astimezone(UTC)
+    return moment if moment.tzinfo is UTC else moment.astimezone(UTC)
 
 
 def now() -> datetime:
@@ -141,13 +141,6 @@ def _json_ok(text: object) -> bool:
     return True
 
 
-def _int32s(*values: object) -> bool:
-    return all(
-        isinstance(value, int) and value.__class__ is int and 0 <= value <= INT32_MAX
-        for value in values
-    )
-
-
 def step_of(
     session_id: str,
     index: object,
@@ -165,11 +158,19 @@ def step_of(
         TypeError, ValueError, OverflowError: the row breaks ``RunStep``'s rules
             (it was not written by this store); the message names the field.
     """
-    step_type = _KINDS.get(kind) if isinstance(kind, str) else None
+    # Spelled out, with no helper calls: this runs for every step a read returns.
+    step_type = _KINDS.get(kind) if type(kind) is str else None
     if (
         step_type is not None
-        and _int32s(index, duration, prompt, completion)
-        and content.__class__ is str
+        and type(index) is int
+        and type(duration) is int
+        and type(prompt) is int
+        and type(completion) is int
+        and 0 <= index <= INT32_MAX
+        and 0 <= duration <= INT32_MAX
+        and 0 <= prompt <= INT32_MAX
+        and 0 <= completion <= INT32_MAX
+        and type(content) is str
         and isinstance(created, datetime)
         and created.tzinfo is UTC
         and (args == "{}" or _json_ok(args))

@@ -369,11 +369,15 @@ class Reconnects:
         timing = self
 
         class StoreConnection(psycopg.Connection[Any]):
+            reader: psycopg.Cursor[Any]  # the short reads' cursor (see agentloopsql._pg_ops)
+
             @classmethod
             def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
                 while True:
                     try:
-                        return super().connect(conninfo, **kwargs)
+                        conn = super().connect(conninfo, **kwargs)
+                        conn.reader = conn.cursor(binary=True)
+                        return conn
                     except psycopg.OperationalError as exc:
                         if not timing.retries(exc):
                             raise
