@@ -92,6 +92,32 @@ def pg_last_n(schema: str) -> str:
     )
 
 
+def pg_sessions(schema: str) -> str:
+    """The quoted ``sessions`` table of ``schema``."""
+    return f"{pg_schema(schema)}.sessions"
+
+
+_PG_SESSION = "model, system_prompt, system_prompt_nul, data::text"
+
+
+def pg_get(schema: str) -> str:
+    """One session's row by its primary key."""
+    return f"SELECT {_PG_SESSION} FROM {pg_sessions(schema)} WHERE id = %s"
+
+
+def pg_get_many(schema: str) -> str:
+    """The rows of a list of session ids, by the primary key."""
+    return f"SELECT id, {_PG_SESSION} FROM {pg_sessions(schema)} WHERE id = ANY(%s)"
+
+
+def pg_list_sessions(schema: str) -> str:
+    """The ``%s`` most recently written sessions, on the ``sessions_by_write`` index."""
+    return (
+        "SELECT write_seq, id, final_status, step_total, created_at, updated_at, labels "
+        f"FROM {pg_sessions(schema)} ORDER BY write_seq DESC LIMIT %s"
+    )
+
+
 def pg_copy(schema: str) -> str:
     """``COPY`` into ``schema``'s table, a row as :func:`pg_row` gives it."""
     return f"COPY {pg_table(schema)} ({_PG_COLUMNS}) FROM STDIN"

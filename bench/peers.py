@@ -5,7 +5,8 @@ per-round ratios with their min-max. A "vs" row is peer time / our time (above
 1: ours is faster); a growth row is time at ``Sizes.big`` / time at
 ``Sizes.small`` steps of history. The PostgreSQL rows run on the server of
 ``AGENTLOOP_PG_DSN`` (else ``postgresql://postgres@127.0.0.1:5432/test``),
-with a raw psycopg reference line beside the peers. The peers are optional:
+with a raw psycopg reference line beside the peers, then each of our reads
+under trio and asyncio against raw psycopg's (``bench._floor_pg``). The peers are optional:
 ``pip install -e '.[peers]'`` installs them all; a peer that is missing is left
 out, and :func:`rows` says so on stderr, as it does when the server cannot be
 reached.
@@ -59,7 +60,10 @@ def rows(sizes: Sizes | None = None, pg_dsn: str | None = None) -> list[Row]:
         dsn = pg_dsn or os.environ.get(DSN_VARIABLE) or _peers_pg.DEFAULT_DSN
         why = _peers_pg.unreachable(dsn)
         if why is None:
+            from bench import _floor_pg
+
             out.extend(_peers_pg.rows(sizes, on_postgres, dsn))
+            out.extend(_floor_pg.rows(sizes, dsn))
         else:
             print(
                 f"PostgreSQL peers left out: no connection to {dsn} ({why}); "

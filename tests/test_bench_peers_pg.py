@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from test_bench_peers import TINY, UNREACHABLE
 
-from bench import _peers_load, _peers_pg, peers
+from bench import _floor_pg, _peers_load, _peers_pg, peers
 from bench._peers_mem import Handle
 from bench._peers_timing import AsyncioLoop, TrioLoop
 from bench._report import SpreadRow
@@ -231,3 +231,53 @@ def test_bench_imports_only_public_names_of_our_packages() -> None:
                 if parts[0] in OURS and any(part.startswith("_") for part in parts[1:]):
                     found.append(f"{path.name}:{node.lineno} {name}")
     assert found == []
+
+
+FLOOR_READS = [
+    "postgres newest-20 read @20",
+    "postgres get",
+    "postgres get_many of 20",
+    "postgres list_sessions(limit=20)",
+]
+
+
+def test_floor_rows_judge_every_read_under_both_backends() -> None:
+    """Per read, a trio row then an asyncio row, each raw time / our time, judged >= 0.7."""
+    sides = [_Named("ours (PostgresStore, trio)"), _Named("ours (PostgresStore, asyncio)")]
+    raw = _Named(_floor_pg.Raw.label)
+    timings: _floor_pg.Timings = {}
+    for i in range(len(_floor_pg.READS)):
+        timings[i, sides[0].label] = [2.0, 2.0]
+        timings[i, sides[1].label] = [1.0, 1.0]
+        timings[i, raw.label] = [1.0, 1.0]
+    rows = _floor_pg._rows(TINY, timings, [*sides, raw])  # type: ignore[list-item]
+    assert [row.name for row in rows] == [
+        f"{name}, {backend}" for name in FLOOR_READS for backend in ("trio", "asyncio")
+    ]
+    assert [(row.ratio, row.ok) for row in rows] == [(0.5, False), (1.0, True)] * 4
+    assert {row.target for row in rows} == {">= 0.7"}
+
+
+def test_a_tiny_floor_run_reads_real_rows_and_drops_every_schema(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every read of ours and of the floor returns what was filled; the schemas are gone."""
+    token = f"tfloor{id(monkeypatch):x}"
+    monkeypatch.setattr(_floor_pg.secrets, "token_hex", lambda n: token)
+    seen: list[int] = []
+    measure = _floor_pg._measure
+
+    def counting(sides: list[_floor_pg.Side], sizes: peers.Sizes) -> _floor_pg.Timings:
+        for side in sides:
+            results = [side.loop.run(read) for read in side.reads()]
+            seen.append(len(results[0]))  # the newest 20 of 20 steps
+            assert len(results[2]) == _floor_pg.LOOKUPS
+            assert len(results[3]) == _floor_pg.LOOKUPS
+        return measure(sides, sizes)
+
+    monkeypatch.setattr(_floor_pg, "_measure", counting)
+    rows = _floor_pg.rows(TINY, postgres_dsn)
+    assert seen == [20, 20, 20]
+    assert [row.name.rsplit(", ", 1)[0] for row in rows[::2]] == FLOOR_READS
+    assert all(math.isfinite(row.ratio) and row.ratio > 0 for row in rows)
+    assert _leftover_schemas(postgres_dsn, f"agentloop_floor_{token}") == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import secrets
 import socket
 import sys
@@ -602,3 +603,26 @@ class TestCancellation:
 def test_drop_schema_helper_is_idempotent() -> None:
     """Dropping a schema that does not exist is harmless (cleanup never fails a run)."""
     drop_schema(pg_dsn(), new_schema_name())
+
+
+async def test_rows_read_on_a_connection_in_another_time_zone_come_back_in_utc(
+    store: PostgresStore, dsn: str
+) -> None:
+    """The store's own connections read in UTC; a connection set to another zone (no
+    reused cursor there) gets the same steps and sessions, times converted to UTC."""
+    import psycopg
+
+    await store.append_many([step("tz", i, f"c{i}") for i in range(3)])
+    await store.put(Session("tz", model="m", system_prompt="p\x00q", data='{"a": 1}'))
+    expected = await store.last_n("tz", 3)
+    ops = store._ops
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET TIME ZONE 'Asia/Kathmandu'")
+        steps = await trio.to_thread.run_sync(ops.last_n, conn, "tz", 3)
+        session = await trio.to_thread.run_sync(ops.get, conn, "tz")
+        listed = await trio.to_thread.run_sync(ops.list_sessions, conn, 5)
+    assert steps == expected
+    assert all(s.created_at.utcoffset() == datetime.timedelta(0) for s in steps)
+    assert session == Session("tz", model="m", system_prompt="p\x00q", data='{"a": 1}')
+    assert [info.id for info in listed] == ["tz"]
+    assert listed[0].updated_at.utcoffset() == datetime.timedelta(0)
