@@ -24,7 +24,15 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from agentloop import FinalizeSummary, RunStatus, RunStep, SessionInfo, StepType, validate_json
+from agentloop import (
+    FinalizeSummary,
+    RunStatus,
+    RunStep,
+    Session,
+    SessionInfo,
+    StepType,
+    validate_json,
+)
 from agentloop._shared import INT32_MAX, trusted_builder
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -131,6 +139,7 @@ def labels_text(labels: Mapping[str, str]) -> str:
 
 _KINDS = {kind.value: kind for kind in StepType}
 _build_step = trusted_builder(RunStep)
+_build_session = trusted_builder(Session)
 
 
 def _json_ok(text: object) -> bool:
@@ -181,6 +190,30 @@ def step_of(
     return _checked_step(
         session_id, index, kind, content, args, duration, prompt, completion, created
     )
+
+
+def session_of(session_id: str, model: object, prompt: object, data: object) -> Session:
+    """The ``Session`` a row holds, of an id the query asked for (already validated).
+
+    Built without ``Session``'s validators when the row plainly keeps their
+    rules: ASCII text (which holds no lone surrogate), no NUL in ``model``,
+    ``data`` ``None`` or JSON by ``validate_json``'s rule. Any other row goes
+    through ``Session(...)``.
+
+    Raises:
+        TypeError, ValueError: the row breaks ``Session``'s rules (it was not
+            written by this store); the message names the field.
+    """
+    if (
+        type(model) is str
+        and model.isascii()
+        and "\x00" not in model
+        and type(prompt) is str
+        and prompt.isascii()
+        and (data is None or _json_ok(data))
+    ):
+        return _build_session(session_id, model, prompt, data)
+    return Session(session_id, model, prompt, data)  # type: ignore[arg-type]
 
 
 def _checked_step(session_id: str, *fields: object) -> RunStep:

@@ -417,7 +417,7 @@ class PgOps:
         if row is None:
             return None
         model, prompt, prompt_nul, data = row
-        return Session(session_id, model, _codec.join_nul(prompt, prompt_nul), data)
+        return _codec.session_of(session_id, model, _codec.join_nul(prompt, prompt_nul), data)
 
     def exists(self, conn: Conn, session_id: str) -> bool:
         return conn.execute(self.q["exists"], (session_id,)).fetchone() is not None
@@ -466,7 +466,7 @@ class PgOps:
     def get_many(self, conn: Conn, session_ids: list[str]) -> dict[str, Session]:
         rows = _reader(conn).execute(self.q["get_many"], (session_ids,)).fetchall()
         return {
-            sid: Session(sid, model, _codec.join_nul(prompt, prompt_nul), data)
+            sid: _codec.session_of(sid, model, _codec.join_nul(prompt, prompt_nul), data)
             for sid, model, prompt, prompt_nul, data in rows
         }
 
