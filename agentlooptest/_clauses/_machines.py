@@ -649,8 +649,9 @@ class LeaseMachine(RuleBasedStateMachine):
     """Leases (acquire, renew, release, writes through a fenced view of any receipt granted
     so far), some of :class:`SessionMachine`'s calls and, when the harness can, reopening.
 
-    Its own rule set, not all of :class:`SessionMachine`'s: with every session call in the
-    draw, hypothesis chose a lease call about once a program."""
+    Three rules (a lease call, a session call, reopen), the call drawn as a value: with a
+    rule per call, or every session rule added, hypothesis (which leaves rules out of whole
+    programs and favours some) made a receipt call a few times a run."""
 
     harness: ClassVar[Harness]
     examples: ClassVar[int] = 25
