@@ -130,7 +130,7 @@ def fetch_steps(
     try:
         return conn.execute(sql, params).fetchall()
     except sqlite3.Error as exc:
-        code = exc.sqlite_errorname or ""
+        code = getattr(exc, "sqlite_errorname", None) or "decode"  # decode errors carry none
         if not (code.startswith("SQLITE_CORRUPT") or "decode" in str(exc)):
             raise
         error = damaged("steps", session_id, "one of its rows", f"SQLite read failed ({code})")
