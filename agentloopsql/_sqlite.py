@@ -93,27 +93,22 @@ def steps_of(session_id: str, rows: list[tuple[Any, ...]]) -> list[RunStep]:
     found = []
     for index, kind, content, args, duration, prompt, completion, micros, stored, seq in rows:
         try:
-            if (
-                step_sum(
-                    session_id, index, kind, content, args, duration, prompt, completion, micros
-                )
-                != stored
-            ):
-                raise damaged("steps", session_id, _at(index, seq), "its checksum does not match")
             in_range = micros.__class__ is int and MICROS_MIN <= micros <= MICROS_MAX
             created = (
                 _codec.EPOCH + _MICROSECOND * micros if in_range else _codec.from_micros(micros)
             )
-            found.append(
-                _codec.step_of(
-                    session_id, index, kind, content, args, duration, prompt, completion, created
-                )
+            step = _codec.step_of(
+                session_id, index, kind, content, args, duration, prompt, completion, created
             )
         except (TypeError, ValueError, OverflowError) as exc:
             error = damaged(
                 "steps", session_id, _at(index, seq), "its fields break RunStep's rules"
             )
             raise error from exc
+        fields = (index, kind, content, args, duration, prompt, completion, micros)
+        if step_sum(session_id, *fields) != stored:
+            raise damaged("steps", session_id, _at(index, seq), "its checksum does not match")
+        found.append(step)
     return found
 
 

@@ -216,12 +216,12 @@ def step_sum(
     the CRC-32 (``zlib.crc32``) of that text's UTF-8. The lengths keep field
     boundaries from shifting, so no two rows share an encoding.
 
-    Raises:
-        TypeError: a text field is not ``str`` (the row is damaged).
+    A row whose text fields are not all ``str`` (not written by agentloopsql)
+    gets -1, which no CRC-32 equals: it never passes the check.
     """
     for text in (session_id, kind, content, args):
         if text.__class__ is not str:
-            raise TypeError("a text field of the row is not text")
+            return -1
     encoded = (
         f"{len(session_id)}:{session_id}{index},{len(kind)}:{kind}"  # type: ignore[arg-type]
         f"{len(content)}:{content}{len(args)}:{args}"  # type: ignore[arg-type]
