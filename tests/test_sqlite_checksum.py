@@ -110,3 +110,15 @@ async def test_migrated_rows_read_back_identically(tmp_path: Path) -> None:
         after = raw.execute("SELECT * FROM steps ORDER BY seq").fetchall()
         assert [row[:-1] for row in after] == before
         assert all(row[-1] != 0 for row in after)
+
+
+async def test_rows_written_by_the_documented_checksum_read_back(tmp_path: Path) -> None:
+    """The raw-driver floor writes the checksum from docs/stores.md alone; the store accepts it."""
+    from bench._raw_sql import fill_sqlite
+
+    path = tmp_path / "floor.db"
+    await (await SqliteStore.open(path)).aclose()
+    fill_sqlite(str(path), {"a": 3, "é✓": 2})
+    async with await SqliteStore.open(path) as store:
+        assert [s.step_index for s in await store.all("a")] == [0, 1, 2]
+        assert len(await store.last_n("é✓", 20)) == 2
