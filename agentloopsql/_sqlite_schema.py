@@ -219,9 +219,13 @@ def step_sum(
     A row whose text fields are not all ``str`` (not written by agentloopsql)
     gets -1, which no CRC-32 equals: it never passes the check.
     """
-    for text in (session_id, kind, content, args):
-        if text.__class__ is not str:
-            return -1
+    if not (
+        session_id.__class__ is str
+        and kind.__class__ is str
+        and content.__class__ is str
+        and args.__class__ is str
+    ):
+        return -1
     encoded = (
         f"{len(session_id)}:{session_id}{index},{len(kind)}:{kind}"  # type: ignore[arg-type]
         f"{len(content)}:{content}{len(args)}:{args}"  # type: ignore[arg-type]
