@@ -40,7 +40,7 @@ from typing import Any, Final, TypeVar
 import anyio
 import trio
 
-from agentloop import FinalizeSummary, Lease, RunStep, Session, SessionInfo
+from agentloop import FinalizeSummary, Lease, RunStep, Session, SessionInfo, StoreError
 from agentloop._shared import (
     check_fence,
     check_granted,
@@ -51,7 +51,7 @@ from agentloop._shared import (
 )
 from agentloopsql import _codec
 from agentloopsql._sqlite_exec import SqliteExecutor
-from agentloopsql._sqlite_schema import SYNCHRONOUS, checked_path, connect
+from agentloopsql._sqlite_schema import SYNCHRONOUS, checked_path, connect, step_sum
 from agentloopsql._store import Grant, SqlStore, taken, unknown_source
 from agentloopsql._workers import Read, Workers, to_thread_shielded
 
@@ -64,35 +64,81 @@ MICROS_MAX = _codec.to_micros(datetime.max.replace(tzinfo=UTC))
 
 READ_COLUMNS = (
     "step_index, step_type, content, tool_args, duration_ms, prompt_tokens, "
-    "completion_tokens, created_us"
+    "completion_tokens, created_us, checksum, seq"
 )
-"""What a read selects, in the order :func:`steps` takes: the fields but the session id."""
+"""What a read selects, in the order :func:`steps_of` takes: the fields but the session id,
+the row's checksum and its position."""
+
+
+def damaged(table: str, session_id: str, where: str, why: str) -> StoreError:
+    """The permanent error of a stored row that is not what was written; never its content."""
+    return StoreError(
+        f"SQLite {table} row of session {session_id!r} ({where}) is damaged: {why}; "
+        "the file was changed outside agentloopsql (a failing disk, a stray write); "
+        "retrying will not help"
+    )
 
 
 def steps_of(session_id: str, rows: list[tuple[Any, ...]]) -> list[RunStep]:
     """The ``RunStep`` of each row of :data:`READ_COLUMNS`, in order, of the session asked for.
 
+    Each row's checksum is checked against its fields and the session asked
+    for, so a damaged row, or one moved to another session, is never returned.
+
     Raises:
-        TypeError, ValueError, OverflowError: a row breaks ``RunStep``'s rules
-            (it was not written by this store); the message names the field.
+        StoreError: a row's checksum does not match, or the row breaks
+            ``RunStep``'s rules; the message names the session, the step
+            index and the row's position (``seq``), never the content.
     """
     found = []
-    for index, kind, content, args, duration, prompt, completion, micros in rows:
-        in_range = micros.__class__ is int and MICROS_MIN <= micros <= MICROS_MAX
-        created = _codec.EPOCH + _MICROSECOND * micros if in_range else _codec.from_micros(micros)
-        found.append(
-            _codec.step_of(
+    for index, kind, content, args, duration, prompt, completion, micros, stored, seq in rows:
+        try:
+            in_range = micros.__class__ is int and MICROS_MIN <= micros <= MICROS_MAX
+            created = (
+                _codec.EPOCH + _MICROSECOND * micros if in_range else _codec.from_micros(micros)
+            )
+            step = _codec.step_of(
                 session_id, index, kind, content, args, duration, prompt, completion, created
             )
-        )
+        except (TypeError, ValueError, OverflowError) as exc:
+            error = damaged(
+                "steps", session_id, _at(index, seq), "its fields break RunStep's rules"
+            )
+            raise error from exc
+        fields = (index, kind, content, args, duration, prompt, completion, micros)
+        if step_sum(session_id, *fields) != stored:
+            raise damaged("steps", session_id, _at(index, seq), "its checksum does not match")
+        found.append(step)
     return found
+
+
+def _at(index: object, seq: object) -> str:
+    shown = index if index.__class__ is int else "unreadable"
+    return f"step index {shown}, row seq {seq}"
+
+
+def fetch_steps(
+    conn: sqlite3.Connection, sql: str, params: tuple[object, ...], session_id: str
+) -> list[tuple[Any, ...]]:
+    """The rows of a steps read; text SQLite cannot decode, or a damaged page, is
+    :func:`damaged` (permanent), never the raw ``sqlite3`` error quoting the text."""
+    try:
+        return conn.execute(sql, params).fetchall()
+    except sqlite3.Error as exc:
+        code = getattr(exc, "sqlite_errorname", None) or "decode"  # decode errors carry none
+        if not (code.startswith("SQLITE_CORRUPT") or "decode" in str(exc)):
+            raise
+        error = damaged("steps", session_id, "one of its rows", f"SQLite read failed ({code})")
+    raise error from None
 
 
 _STEP_COLUMNS = (
     "session_id, step_index, step_type, content, tool_args, "
     "duration_ms, prompt_tokens, completion_tokens, created_us"
 )
-_INSERT_STEP = f"INSERT INTO steps ({_STEP_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT_STEP = (
+    f"INSERT INTO steps ({_STEP_COLUMNS}, checksum) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 _LAST_N = f"SELECT {READ_COLUMNS} FROM steps WHERE session_id = ? ORDER BY seq DESC LIMIT ?"
 _ALL = f"SELECT {READ_COLUMNS} FROM steps WHERE session_id = ? ORDER BY seq"
 # Above every write_seq stored and every deleted session's (so revisions never repeat).
@@ -138,11 +184,7 @@ _PRUNE = (
     "DELETE FROM steps WHERE session_id = ?1 AND seq < (SELECT seq FROM steps "
     "WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)"
 )
-_COPY_STEPS = (
-    f"INSERT INTO steps ({_STEP_COLUMNS}) SELECT ?1, step_index, step_type, content, "
-    "tool_args, duration_ms, prompt_tokens, completion_tokens, created_us FROM steps "
-    "WHERE session_id = ?2 ORDER BY seq LIMIT ?3"
-)
+_COPY_STEPS = f"SELECT {READ_COLUMNS} FROM steps WHERE session_id = ?1 ORDER BY seq LIMIT ?2"
 
 
 def _infos(rows: list[tuple[Any, ...]]) -> list[tuple[int, SessionInfo]]:
@@ -153,10 +195,10 @@ def _infos(rows: list[tuple[Any, ...]]) -> list[tuple[int, SessionInfo]]:
     ]
 
 
-def step_params(step: RunStep) -> tuple[object, ...]:
-    """The values of one ``steps`` row, in ``_STEP_COLUMNS`` order."""
-    return (
-        step.session_id,
+def step_params(step: RunStep, session_id: str | None = None) -> tuple[object, ...]:
+    """The values of one ``steps`` row (of ``session_id``, default the step's), checksum last."""
+    fields = (
+        step.session_id if session_id is None else session_id,
         step.step_index,
         step.step_type.value,
         step.content,
@@ -166,6 +208,7 @@ def step_params(step: RunStep) -> tuple[object, ...]:
         step.completion_tokens,
         _codec.to_micros(step.created_at),
     )
+    return (*fields, step_sum(*fields))
 
 
 class SqliteOps:
@@ -184,12 +227,12 @@ class SqliteOps:
         return False  # SQLite never loses a connection mid-call: no outcome is ever unknown
 
     def last_n(self, conn: sqlite3.Connection, session_id: str, n: int) -> list[RunStep]:
-        rows = conn.execute(_LAST_N, (session_id, n)).fetchall()
+        rows = fetch_steps(conn, _LAST_N, (session_id, n), session_id)
         rows.reverse()
         return steps_of(session_id, rows)
 
     def all(self, conn: sqlite3.Connection, session_id: str) -> list[RunStep]:
-        return steps_of(session_id, conn.execute(_ALL, (session_id,)).fetchall())
+        return steps_of(session_id, fetch_steps(conn, _ALL, (session_id,), session_id))
 
     def get(self, conn: sqlite3.Connection, session_id: str) -> Session | None:
         row = conn.execute(
@@ -335,7 +378,7 @@ class SqliteOps:
     def steps_after(
         self, conn: sqlite3.Connection, session_id: str, after: int, limit: int
     ) -> list[RunStep]:
-        rows = conn.execute(_STEPS_AFTER, (session_id, limit, after)).fetchall()
+        rows = fetch_steps(conn, _STEPS_AFTER, (session_id, limit, after), session_id)
         return steps_of(session_id, rows)
 
     def _held_anything(self, conn: sqlite3.Connection, session_id: str) -> bool:
@@ -362,7 +405,10 @@ class SqliteOps:
             (new_id, source_id, _codec.to_micros(_codec.now())),
         )
         conn.execute(_LABEL_ROWS, (new_id,))
-        conn.execute(_COPY_STEPS, (new_id, source_id, -1 if keep is None else keep))
+        # Through the checked reader: a damaged row is refused, never copied with a new checksum.
+        rows = fetch_steps(conn, _COPY_STEPS, (source_id, -1 if keep is None else keep), source_id)
+        copied = steps_of(source_id, rows)
+        conn.executemany(_INSERT_STEP, (step_params(step, new_id) for step in copied))
 
     def restore_session(
         self,

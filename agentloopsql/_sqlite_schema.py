@@ -29,6 +29,7 @@ import os
 import sqlite3
 import stat
 import time
+import zlib
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -197,8 +198,50 @@ def read_shape(conn: sqlite3.Connection, owned: frozenset[str]) -> Shape:
     return shape
 
 
+def step_sum(
+    session_id: object,
+    index: object,
+    kind: object,
+    content: object,
+    args: object,
+    duration: object,
+    prompt: object,
+    completion: object,
+    created_us: object,
+) -> int:
+    """The ``checksum`` of a ``steps`` row holding these fields (docs/stores.md says how).
+
+    Each text field is written as its length in code points, ``:`` and the
+    text; each integer field as its decimal digits and ``,``; in column order;
+    the CRC-32 (``zlib.crc32``) of that text's UTF-8. The lengths keep field
+    boundaries from shifting, so no two rows share an encoding.
+
+    A row whose text fields are not all ``str`` (not written by agentloopsql)
+    gets -1, which no CRC-32 equals: it never passes the check.
+    """
+    if not (
+        session_id.__class__ is str
+        and kind.__class__ is str
+        and content.__class__ is str
+        and args.__class__ is str
+    ):
+        return -1
+    encoded = (
+        f"{len(session_id)}:{session_id}{index},{len(kind)}:{kind}"  # type: ignore[arg-type]
+        f"{len(content)}:{content}{len(args)}:{args}"  # type: ignore[arg-type]
+        f"{duration},{prompt},{completion},{created_us},"
+    )
+    return zlib.crc32(encoded.encode("utf-8", "surrogatepass"))
+
+
+def add_functions(conn: sqlite3.Connection) -> None:
+    """Give ``conn`` the SQL function ``agentloop_step_sum`` (:func:`step_sum`) migrations use."""
+    conn.create_function("agentloop_step_sum", 9, step_sum, deterministic=True)
+
+
 def _build(migrations: Migrations, version: int) -> sqlite3.Connection:
     conn = sqlite3.connect(":memory:")
+    add_functions(conn)
     for statements in migrations[:version]:
         for statement in statements:
             conn.execute(statement)
@@ -437,6 +480,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """,
         "INSERT INTO meta VALUES ('cursor_secret', lower(hex(randomblob(32))))",
     ),
+    (
+        # Every steps row carries the CRC-32 of its fields (step_sum), checked
+        # on every read: SQLite keeps no checksum of its pages.
+        "ALTER TABLE steps ADD COLUMN checksum INTEGER NOT NULL DEFAULT 0",
+        "UPDATE steps SET checksum = agentloop_step_sum(session_id, step_index, step_type, "
+        "content, tool_args, duration_ms, prompt_tokens, completion_tokens, created_us)",
+    ),
 )
 
 
@@ -546,6 +596,7 @@ def connect(
     except sqlite3.Error as exc:
         raise open_error(path, exc) from exc
     try:
+        add_functions(conn)
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000):d}")
         _setup(conn, path, synchronous, busy_timeout, verify)
     except sqlite3.Error as exc:

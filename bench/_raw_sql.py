@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import sqlite3
+import zlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,13 +25,19 @@ _keys = random.Random()
 # -- SQLite -----------------------------------------------------------------------
 
 SQLITE_INSERT = (
-    f"INSERT INTO steps ({_FIELDS}completion_tokens, created_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    f"INSERT INTO steps ({_FIELDS}completion_tokens, created_us, checksum) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
 def sqlite_row(step: RunStep) -> tuple[object, ...]:
-    """``step`` as the parameters of :data:`SQLITE_INSERT` (times in microseconds since 1970)."""
-    return (*_common(step), (step.created_at - _EPOCH) // _MICROSECOND)
+    """``step`` as the parameters of :data:`SQLITE_INSERT` (times in microseconds since 1970),
+    its checksum as docs/stores.md defines it."""
+    fields = (*_common(step), (step.created_at - _EPOCH) // _MICROSECOND)
+    encoded = "".join(
+        f"{len(value)}:{value}" if isinstance(value, str) else f"{value}," for value in fields
+    )
+    return (*fields, zlib.crc32(encoded.encode("utf-8")))
 
 
 def raw_sqlite(path: str, synchronous: str) -> sqlite3.Connection:
