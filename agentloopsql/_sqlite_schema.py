@@ -227,8 +227,8 @@ def step_sum(
     ):
         return -1
     encoded = (
-        f"{len(session_id)}:{session_id}{index},{len(kind)}:{kind}"  # type: ignore[arg-type]
-        f"{len(content)}:{content}{len(args)}:{args}"  # type: ignore[arg-type]
+        f"{len(session_id)}:{session_id}{index},{len(kind)}:{kind}"
+        f"{len(content)}:{content}{len(args)}:{args}"
         f"{duration},{prompt},{completion},{created_us},"
     )
     return zlib.crc32(encoded.encode("utf-8", "surrogatepass"))
