@@ -645,7 +645,12 @@ def check_session_ids(session_ids: object) -> list[str]:
         raise TypeError(f"session_ids must be a sequence of str, got {preview(session_ids)}")
     ids = list(session_ids)
     for position, session_id in enumerate(ids):
-        validate_session_id(session_id, f"session_ids[{position}]")
+        try:
+            validate_session_id(session_id)
+        except (TypeError, ValueError):
+            # Named by position only when it fails: building the name costs more
+            # than checking an id.
+            validate_session_id(session_id, f"session_ids[{position}]")
     return ids
 
 

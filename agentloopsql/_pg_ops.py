@@ -17,6 +17,7 @@ Imported only once psycopg is known to be installed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
@@ -99,8 +100,10 @@ _QUERIES = {
         "ON CONFLICT (session_id) DO UPDATE SET revision = EXCLUDED.revision) "
         "SELECT (SELECT count(*) FROM gone_steps) + (SELECT count(*) FROM gone_session)"
     ),
+    # The ids travel as one JSON array: json.dumps is one C call, where psycopg
+    # dumps a list parameter element by element (a fifth of a get_many of 20).
     "get_many": "SELECT id, model, system_prompt, system_prompt_nul, data::text "
-    "FROM {s}.sessions WHERE id = ANY(%s)",
+    "FROM {s}.sessions WHERE id = ANY(ARRAY(SELECT jsonb_array_elements_text(%s::jsonb)))",
     "revision": (
         "SELECT coalesce((SELECT write_seq FROM {s}.sessions WHERE id = %(id)s), "
         "(SELECT revision FROM {s}.revision_floors WHERE session_id = %(id)s), 0)"
@@ -464,7 +467,8 @@ class PgOps:
         return row is not None and int(row[0]) > 0
 
     def get_many(self, conn: Conn, session_ids: list[str]) -> dict[str, Session]:
-        rows = _reader(conn).execute(self.q["get_many"], (session_ids,)).fetchall()
+        ids = json.dumps(session_ids)
+        rows = _reader(conn).execute(self.q["get_many"], (ids,)).fetchall()
         return {
             sid: _codec.session_of(sid, model, _codec.join_nul(prompt, prompt_nul), data)
             for sid, model, prompt, prompt_nul, data in rows

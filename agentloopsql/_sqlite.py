@@ -240,7 +240,7 @@ class SqliteOps:
         ).fetchone()
         if row is None:
             return None
-        return Session(id=session_id, model=row[0], system_prompt=row[1], data=row[2])
+        return _codec.session_of(session_id, row[0], row[1], row[2])
 
     def exists(self, conn: sqlite3.Connection, session_id: str) -> bool:
         row = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
@@ -320,8 +320,7 @@ class SqliteOps:
             (json.dumps(session_ids),),
         ).fetchall()
         return {
-            sid: Session(id=sid, model=model, system_prompt=prompt, data=data)
-            for sid, model, prompt, data in rows
+            sid: _codec.session_of(sid, model, prompt, data) for sid, model, prompt, data in rows
         }
 
     def revision(self, conn: sqlite3.Connection, session_id: str) -> int:

@@ -626,3 +626,27 @@ async def test_rows_read_on_a_connection_in_another_time_zone_come_back_in_utc(
     assert session == Session("tz", model="m", system_prompt="p\x00q", data='{"a": 1}')
     assert [info.id for info in listed] == ["tz"]
     assert listed[0].updated_at.utcoffset() == datetime.timedelta(0)
+
+
+async def test_get_many_keeps_every_id_exactly(store: PostgresStore) -> None:
+    """The ids travel to the server as one JSON array: quotes, backslashes, escapes,
+    non-ASCII (astral too), look-alike Unicode forms and a 1,024-byte id each come
+    back as exactly the session asked for, in order, duplicates too."""
+    ids = [
+        'a"b',
+        "back\\slash",
+        "\\u0041",
+        "tab\tnew\nline",
+        "é",
+        "e\u0301",
+        "😀 emoji",
+        "x" * 1024,
+        "[1]",
+    ]
+    for i, sid in enumerate(ids):
+        await store.put(Session(sid, model=f"m{i}", data=f'{{"i": {i}}}'))
+    asked = [*ids, ids[0], "never-written"]
+    got = await store.get_many(asked)
+    assert [s.id for s in got] == asked
+    assert [s.model for s in got] == [*(f"m{i}" for i in range(len(ids))), "m0", ""]
+    assert got[-1] == Session("never-written")
