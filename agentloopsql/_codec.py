@@ -32,6 +32,7 @@ from agentloop import (
     SessionInfo,
     StepType,
     validate_json,
+    validate_session_id,
 )
 from agentloop._shared import INT32_MAX, trusted_builder
 
@@ -121,7 +122,29 @@ def info(
     updated: datetime,
     labels: str = "{}",
 ) -> SessionInfo:
-    """One ``list_sessions`` row; ``labels`` is the stored JSON text (:func:`labels_text`)."""
+    """One ``list_sessions`` row; ``labels`` is the stored JSON text (:func:`labels_text`).
+
+    Built without ``SessionInfo``'s validators when the row plainly keeps their
+    rules (a valid id, a known status or none, a total in [0, 2**63), UTC times, no
+    labels), as :func:`session_of` builds sessions; any other row goes
+    through ``SessionInfo(...)``.
+
+    Raises:
+        TypeError, ValueError: the row breaks ``SessionInfo``'s rules.
+    """
+    kind = _STATUSES.get(status) if status.__class__ is str else None
+    if (
+        (status is None or kind is not None)
+        and total.__class__ is int
+        and 0 <= total < INT64_LIMIT
+        and created.__class__ is datetime
+        and created.tzinfo is UTC
+        and updated.__class__ is datetime
+        and updated.tzinfo is UTC
+        and labels == "{}"
+        and _id_ok(session_id)
+    ):
+        return _build_info(session_id, kind, total, created, updated, labels=_NO_LABELS)
     return SessionInfo(
         id=session_id,
         status=RunStatus(status) if status is not None else None,
@@ -132,6 +155,14 @@ def info(
     )
 
 
+def _id_ok(session_id: object) -> bool:
+    try:
+        validate_session_id(session_id)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def labels_text(labels: Mapping[str, str]) -> str:
     """Labels as the canonical JSON text the ``labels`` columns hold (keys sorted)."""
     return json.dumps(dict(sorted(labels.items())), ensure_ascii=False, separators=(",", ":"))
@@ -140,6 +171,11 @@ def labels_text(labels: Mapping[str, str]) -> str:
 _KINDS = {kind.value: kind for kind in StepType}
 _build_step = trusted_builder(RunStep)
 _build_session = trusted_builder(Session)
+_build_info = trusted_builder(SessionInfo)
+_STATUSES = {status.value: status for status in RunStatus}
+INT64_LIMIT = 2**63  # step_count is an int in [0, 2**63 - 1]
+# The one empty labels mapping SessionInfo's converter gives, taken from a checked value.
+_NO_LABELS = SessionInfo("-", None, 0, EPOCH, EPOCH).labels
 
 
 def _json_ok(text: object) -> bool:
