@@ -14,8 +14,9 @@ own, under asyncio, returning checked values (``RunStep``, ``Session``,
 - ``list_sessions(limit=LOOKUPS)``.
 
 Each row is raw time / our time (at least :data:`READ_FLOOR`), the median of
-``Sizes.pg_rounds`` rounds with the order of the sides reversed every other
-round. Every schema made here is dropped at the end, whatever happened.
+``Sizes.pg_rounds`` rounds of ``Sizes.pg_floor_ops`` reads a block, with the
+order of the sides reversed every other round. Every schema made here is
+dropped at the end, whatever happened.
 """
 
 from __future__ import annotations
@@ -160,7 +161,7 @@ def _measure(sides: list[Side], sizes: Sizes) -> Timings:
     for r in range(sizes.pg_rounds):
         for side in sides if r % 2 == 0 else sides[::-1]:
             for i, read in enumerate(reads[side.label]):
-                block = partial(per_op_us, sizes.pg_ops, read)
+                block = partial(per_op_us, sizes.pg_floor_ops, read)
                 timings[i, side.label].append(side.loop.run(block))
     return timings
 

@@ -49,6 +49,10 @@ class Sizes:
     pg_rounds: int = 7
     pg_tasks: tuple[int, ...] = (16, 64, 256)
     pg_task_appends: int = 512
+    # The floor rows (bench._floor_pg): reads per block. A read costs 0.2-0.6 ms,
+    # so a block of pg_ops is a few milliseconds, which one scheduler delay of
+    # another process can double; a block of this many is tens.
+    pg_floor_ops: int = 100
 
 
 def run_trio(work: Callable[[], Awaitable[T]]) -> T:

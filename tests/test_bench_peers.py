@@ -27,6 +27,7 @@ TINY = peers.Sizes(
     pg_rounds=2,
     pg_tasks=(2, 4),
     pg_task_appends=8,
+    pg_floor_ops=3,
 )
 needs_peers = pytest.mark.skipif(
     bool(peers.missing()), reason="the peers extra is not installed: pip install -e '.[peers]'"
