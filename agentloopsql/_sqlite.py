@@ -1,7 +1,8 @@
 """``SqliteStore``: both protocols over one SQLite file, one connection thread.
 
 This module holds the store, the SQL of every operation (leases included),
-how ``steps`` rows become ``RunStep`` values, and the inline reader.
+how ``steps`` and ``sessions`` rows become values (each checked against its
+checksum first), and the inline reader.
 
 **Rows back into values** follow one rule for both stores, on what each row
 holds (``_codec.step_of``); here ``created_us`` is range-checked and turned into
@@ -51,7 +52,15 @@ from agentloop._shared import (
 )
 from agentloopsql import _codec
 from agentloopsql._sqlite_exec import SqliteExecutor
-from agentloopsql._sqlite_schema import SYNCHRONOUS, checked_path, connect, step_sum
+from agentloopsql._sqlite_schema import (
+    SESSION_COLUMNS,
+    SYNCHRONOUS,
+    SessionRow,
+    checked_path,
+    connect,
+    session_sum,
+    step_sum,
+)
 from agentloopsql._store import Grant, SqlStore, taken, unknown_source
 from agentloopsql._workers import Read, Workers, to_thread_shielded
 
@@ -70,10 +79,14 @@ READ_COLUMNS = (
 the row's checksum and its position."""
 
 
-def damaged(table: str, session_id: str, where: str, why: str) -> StoreError:
-    """The permanent error of a stored row that is not what was written; never its content."""
+def damaged(table: str, session_id: str | None, where: str, why: str) -> StoreError:
+    """The permanent error of a stored row that is not what was written; never its content.
+
+    ``session_id`` is ``None`` for a read of many sessions that cannot tell whose row failed.
+    """
+    whose = f" of session {session_id!r}" if session_id is not None else ""
     return StoreError(
-        f"SQLite {table} row of session {session_id!r} ({where}) is damaged: {why}; "
+        f"SQLite {table} row{whose} ({where}) is damaged: {why}; "
         "the file was changed outside agentloopsql (a failing disk, a stray write); "
         "retrying will not help"
     )
@@ -117,10 +130,14 @@ def _at(index: object, seq: object) -> str:
     return f"step index {shown}, row seq {seq}"
 
 
-def fetch_steps(
-    conn: sqlite3.Connection, sql: str, params: tuple[object, ...], session_id: str
+def fetch_rows(
+    conn: sqlite3.Connection,
+    sql: str,
+    params: tuple[object, ...],
+    session_id: str | None,
+    table: str = "steps",
 ) -> list[tuple[Any, ...]]:
-    """The rows of a steps read; text SQLite cannot decode, or a damaged page, is
+    """The rows of a read of ``table``; text SQLite cannot decode, or a damaged page, is
     :func:`damaged` (permanent), never the raw ``sqlite3`` error quoting the text."""
     try:
         return conn.execute(sql, params).fetchall()
@@ -128,8 +145,50 @@ def fetch_steps(
         code = getattr(exc, "sqlite_errorname", None) or "decode"  # decode errors carry none
         if not (code.startswith("SQLITE_CORRUPT") or "decode" in str(exc)):
             raise
-        error = damaged("steps", session_id, "one of its rows", f"SQLite read failed ({code})")
+        where = "one of its rows" if session_id is not None else "one of the rows read"
+        error = damaged(table, session_id, where, f"SQLite read failed ({code})")
     raise error from None
+
+
+SESSION_READ = "rowid, " + ", ".join(SESSION_COLUMNS) + ", checksum"
+"""What a sessions read selects, in the order :func:`checked_session` takes."""
+
+
+def checked_session(row: tuple[Any, ...]) -> SessionRow:
+    """The columns of a row of :data:`SESSION_READ`, once its checksum matches them.
+
+    Raises:
+        StoreError: the checksum does not match (:func:`damaged`, naming the
+            session's stored id and the row's ``rowid``, never its content).
+    """
+    fields = SessionRow(*row[1:-1])
+    if session_sum(*fields) != row[-1]:
+        shown = fields.id if fields.id.__class__ is str else "unreadable"
+        raise damaged("sessions", shown, f"rowid {row[0]}", "its checksum does not match")
+    return fields
+
+
+def _decoded(row: tuple[Any, ...], build: Callable[[SessionRow], R]) -> R:
+    """``build`` of the checked row; a row breaking the value types' rules is :func:`damaged`."""
+    fields = checked_session(row)
+    try:
+        return build(fields)
+    except (TypeError, ValueError, OverflowError) as exc:
+        why = "its fields break the session types' rules"
+        raise damaged("sessions", fields.id, f"rowid {row[0]}", why) from exc
+
+
+def _session(row: SessionRow) -> Session:
+    return _codec.session_of(row.id, row.model, row.system_prompt, row.data)
+
+
+def _final(row: SessionRow) -> FinalizeSummary | None:
+    return _codec.final_from_row(row[4:10])
+
+
+def _info(row: SessionRow) -> SessionInfo:
+    created, updated = _codec.from_micros(row.created_us), _codec.from_micros(row.updated_us)
+    return _codec.info(row.id, row.final_status, row.step_total, created, updated, row.labels)
 
 
 _STEP_COLUMNS = (
@@ -146,25 +205,26 @@ _NEXT_WRITE = (
     "(SELECT max(coalesce((SELECT max(write_seq) FROM sessions), 0), "
     "coalesce((SELECT max(revision) FROM revision_floors), 0)) + 1)"
 )
-_REVISION = (
-    "SELECT coalesce((SELECT write_seq FROM sessions WHERE id = ?1), "
-    "(SELECT revision FROM revision_floors WHERE session_id = ?1), 0)"
+_S_READ = ", ".join(f"s.{c}" for c in SESSION_READ.split(", "))
+_SESSION = f"SELECT {SESSION_READ} FROM sessions WHERE id = ?"
+# The session's row (all NULL when it has none) and the write number a write of it takes.
+_FOR_WRITE = f"SELECT {_NEXT_WRITE}, {_S_READ} FROM (SELECT 1) LEFT JOIN sessions AS s ON s.id = ?"
+_SAVE = (
+    f"INSERT INTO sessions ({', '.join(SESSION_COLUMNS)}, checksum) "
+    f"VALUES ({', '.join('?' * (len(SESSION_COLUMNS) + 1))}) ON CONFLICT (id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in (*SESSION_COLUMNS[1:], "checksum"))
 )
-_FINAL = ", ".join(_codec.FINAL_COLUMNS)
-_INFO = "id, final_status, step_total, created_us, updated_us, labels"
 _PAGE = {
     # (order, filtered by one label pair): the page query, walking one index.
-    ("updated", False): f"SELECT write_seq, {_INFO} FROM sessions WHERE write_seq < ?1 "
+    ("updated", False): f"SELECT write_seq, {SESSION_READ} FROM sessions WHERE write_seq < ?1 "
     "ORDER BY write_seq DESC LIMIT ?2",
-    ("created", False): f"SELECT created_seq, {_INFO} FROM sessions WHERE created_seq > ?1 "
-    "ORDER BY created_seq LIMIT ?2",
-    ("updated", True): "SELECT l.write_seq, "
-    + ", ".join(f"s.{c}" for c in _INFO.split(", "))
-    + " FROM session_labels AS l JOIN sessions AS s ON s.id = l.session_id "
+    ("created", False): f"SELECT created_seq, {SESSION_READ} FROM sessions "
+    "WHERE created_seq > ?1 ORDER BY created_seq LIMIT ?2",
+    ("updated", True): f"SELECT l.write_seq, {_S_READ} "
+    "FROM session_labels AS l JOIN sessions AS s ON s.id = l.session_id "
     "WHERE l.key = ?3 AND l.value = ?4 AND l.write_seq < ?1 ORDER BY l.write_seq DESC LIMIT ?2",
-    ("created", True): "SELECT l.created_seq, "
-    + ", ".join(f"s.{c}" for c in _INFO.split(", "))
-    + " FROM session_labels AS l JOIN sessions AS s ON s.id = l.session_id "
+    ("created", True): f"SELECT l.created_seq, {_S_READ} "
+    "FROM session_labels AS l JOIN sessions AS s ON s.id = l.session_id "
     "WHERE l.key = ?3 AND l.value = ?4 AND l.created_seq > ?1 ORDER BY l.created_seq LIMIT ?2",
 }
 # The session's label rows, rebuilt from its labels column.
@@ -188,11 +248,44 @@ _COPY_STEPS = f"SELECT {READ_COLUMNS} FROM steps WHERE session_id = ?1 ORDER BY 
 
 
 def _infos(rows: list[tuple[Any, ...]]) -> list[tuple[int, SessionInfo]]:
-    """``(position, info)`` of each row of ``position, {_INFO}``."""
-    return [
-        (position, _codec.info(sid, st, n, _codec.from_micros(c), _codec.from_micros(u), lab))
-        for position, sid, st, n, c, u, lab in rows
-    ]
+    """``(position, info)`` of each row of ``position, {SESSION_READ}``."""
+    return [(row[0], _decoded(row[1:], _info)) for row in rows]
+
+
+def _stored(conn: sqlite3.Connection, session_id: str) -> SessionRow | None:
+    """The session's row, checked, or ``None`` if it has none."""
+    rows = fetch_rows(conn, _SESSION, (session_id,), session_id, "sessions")
+    return checked_session(rows[0]) if rows else None
+
+
+def _to_write(conn: sqlite3.Connection, session_id: str, now: int) -> SessionRow:
+    """The session's row (checked) or a new row's defaults, stamped with a fresh write at ``now``.
+
+    Every write reads the row it changes and writes it whole with its new
+    checksum (:func:`_save`), so a damaged row is refused, never rewritten
+    under a fresh checksum that would make its damage pass.
+    """
+    found = fetch_rows(conn, _FOR_WRITE, (session_id,), session_id, "sessions")[0]
+    seq = found[0]
+    if found[1] is None:
+        return SessionRow(session_id, "", "", None, *(None,) * 6, 0, now, now, seq, "{}", seq)
+    return _with(checked_session(found[1:]), updated_us=now, write_seq=seq)
+
+
+def _finals(summary: FinalizeSummary | None) -> dict[str, Any]:
+    """The final_* columns of a row holding ``summary`` (all NULL for ``None``)."""
+    values = _codec.final_params(summary) if summary is not None else (None,) * 6
+    return dict(zip(_codec.FINAL_COLUMNS, values, strict=True))
+
+
+def _with(row: SessionRow, **changes: Any) -> SessionRow:
+    """``row`` with the columns named in ``changes`` replaced."""
+    return SessionRow(**{**dict(zip(SESSION_COLUMNS, row, strict=True)), **changes})
+
+
+def _save(conn: sqlite3.Connection, row: SessionRow) -> None:
+    """Write ``row`` whole, with its checksum (the upsert fires ``session_labels_follow``)."""
+    conn.execute(_SAVE, (*row, session_sum(*row)))
 
 
 def step_params(step: RunStep, session_id: str | None = None) -> tuple[object, ...]:
@@ -227,76 +320,54 @@ class SqliteOps:
         return False  # SQLite never loses a connection mid-call: no outcome is ever unknown
 
     def last_n(self, conn: sqlite3.Connection, session_id: str, n: int) -> list[RunStep]:
-        rows = fetch_steps(conn, _LAST_N, (session_id, n), session_id)
+        rows = fetch_rows(conn, _LAST_N, (session_id, n), session_id)
         rows.reverse()
         return steps_of(session_id, rows)
 
     def all(self, conn: sqlite3.Connection, session_id: str) -> list[RunStep]:
-        return steps_of(session_id, fetch_steps(conn, _ALL, (session_id,), session_id))
+        return steps_of(session_id, fetch_rows(conn, _ALL, (session_id,), session_id))
 
     def get(self, conn: sqlite3.Connection, session_id: str) -> Session | None:
-        row = conn.execute(
-            "SELECT model, system_prompt, data FROM sessions WHERE id = ?", (session_id,)
-        ).fetchone()
-        if row is None:
-            return None
-        return _codec.session_of(session_id, row[0], row[1], row[2])
+        rows = fetch_rows(conn, _SESSION, (session_id,), session_id, "sessions")
+        return _decoded(rows[0], _session) if rows else None
 
     def exists(self, conn: sqlite3.Connection, session_id: str) -> bool:
         row = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
         return row is not None
 
     def update_data(self, conn: sqlite3.Connection, session_id: str, snapshot: str | None) -> None:
-        conn.execute(
-            "INSERT INTO sessions (id, data, created_us, updated_us, write_seq, created_seq) "
-            f"VALUES (?1, ?2, ?3, ?3, {_NEXT_WRITE}, {_NEXT_WRITE}) "
-            "ON CONFLICT (id) DO UPDATE SET data = excluded.data, "
-            "updated_us = excluded.updated_us, write_seq = excluded.write_seq",
-            (session_id, snapshot, _codec.to_micros(_codec.now())),
-        )
+        row = _to_write(conn, session_id, _codec.to_micros(_codec.now()))
+        _save(conn, _with(row, data=snapshot))
 
     def put(self, conn: sqlite3.Connection, session: Session) -> None:
-        conn.execute(
-            "INSERT INTO sessions (id, model, system_prompt, data, created_us, updated_us, "
-            f"write_seq, created_seq) VALUES (?1, ?2, ?3, ?4, ?5, ?5, {_NEXT_WRITE}, "
-            f"{_NEXT_WRITE}) "
-            "ON CONFLICT (id) DO UPDATE SET model = excluded.model, "
-            "system_prompt = excluded.system_prompt, data = excluded.data, "
-            "updated_us = excluded.updated_us, write_seq = excluded.write_seq",
-            (
-                session.id,
-                session.model,
-                session.system_prompt,
-                session.data,
-                _codec.to_micros(_codec.now()),
-            ),
+        row = _to_write(conn, session.id, _codec.to_micros(_codec.now()))
+        _save(
+            conn,
+            _with(row, model=session.model, system_prompt=session.system_prompt, data=session.data),
         )
 
     def finalize(
         self, conn: sqlite3.Connection, session_id: str, summary: FinalizeSummary, key: int
     ) -> None:
-        conn.execute(
-            f"INSERT INTO sessions (id, {_FINAL}, step_total, created_us, updated_us, write_seq, "
-            f"created_seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?5, ?8, ?8, {_NEXT_WRITE}, "
-            f"{_NEXT_WRITE}) "
-            "ON CONFLICT (id) DO UPDATE SET "
-            + ", ".join(f"{column} = excluded.{column}" for column in _codec.FINAL_COLUMNS)
-            + ", step_total = sessions.step_total + excluded.step_total, "
-            "updated_us = excluded.updated_us, write_seq = excluded.write_seq",
-            (session_id, *_codec.final_params(summary), _codec.to_micros(_codec.now())),
-        )
+        row = _to_write(conn, session_id, _codec.to_micros(_codec.now()))
+        total = row.step_total + summary.step_count
+        _save(conn, _with(row, step_total=total, **_finals(summary)))
 
     def finalize_landed(self, conn: sqlite3.Connection, session_id: str, key: int) -> bool:
         return False  # see append_landed
 
     def final(self, conn: sqlite3.Connection, session_id: str) -> FinalizeSummary | None:
-        row = conn.execute(f"SELECT {_FINAL} FROM sessions WHERE id = ?", (session_id,)).fetchone()
-        return _codec.final_from_row(row) if row is not None else None
+        rows = fetch_rows(conn, _SESSION, (session_id,), session_id, "sessions")
+        return _decoded(rows[0], _final) if rows else None
 
     def list_sessions(self, conn: sqlite3.Connection, limit: int) -> list[SessionInfo]:
-        rows = conn.execute(
-            f"SELECT write_seq, {_INFO} FROM sessions ORDER BY write_seq DESC LIMIT ?", (limit,)
-        ).fetchall()
+        rows = fetch_rows(
+            conn,
+            f"SELECT write_seq, {SESSION_READ} FROM sessions ORDER BY write_seq DESC LIMIT ?",
+            (limit,),
+            None,
+            "sessions",
+        )
         return [info for _, info in _infos(rows)]
 
     def delete_session(self, conn: sqlite3.Connection, session_id: str) -> bool:
@@ -314,17 +385,24 @@ class SqliteOps:
         return steps + rows > 0
 
     def get_many(self, conn: sqlite3.Connection, session_ids: list[str]) -> dict[str, Session]:
-        rows = conn.execute(
-            "SELECT id, model, system_prompt, data FROM sessions "
-            "WHERE id IN (SELECT value FROM json_each(?))",
+        rows = fetch_rows(
+            conn,
+            f"SELECT {SESSION_READ} FROM sessions WHERE id IN (SELECT value FROM json_each(?))",
             (json.dumps(session_ids),),
-        ).fetchall()
-        return {
-            sid: _codec.session_of(sid, model, prompt, data) for sid, model, prompt, data in rows
-        }
+            None,
+            "sessions",
+        )
+        found = [_decoded(row, _session) for row in rows]
+        return {session.id: session for session in found}
 
     def revision(self, conn: sqlite3.Connection, session_id: str) -> int:
-        return int(conn.execute(_REVISION, (session_id,)).fetchone()[0])
+        row = _stored(conn, session_id)
+        if row is not None:
+            return row.write_seq
+        floor = conn.execute(
+            "SELECT revision FROM revision_floors WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        return int(floor[0]) if floor is not None else 0
 
     def update_data_if(
         self, conn: sqlite3.Connection, session_id: str, snapshot: str | None, revision: int
@@ -350,21 +428,16 @@ class SqliteOps:
         limit: int,
     ) -> list[tuple[int, SessionInfo]]:
         params: tuple[object, ...] = (after, limit) if pair is None else (after, limit, *pair)
-        return _infos(conn.execute(_PAGE[order, pair is not None], params).fetchall())
+        sql = _PAGE[order, pair is not None]
+        return _infos(fetch_rows(conn, sql, params, None, "sessions"))
 
     def session_info(self, conn: sqlite3.Connection, session_id: str) -> SessionInfo | None:
-        rows = conn.execute(f"SELECT 0, {_INFO} FROM sessions WHERE id = ?", (session_id,))
-        found = _infos(rows.fetchall())
-        return found[0][1] if found else None
+        rows = fetch_rows(conn, _SESSION, (session_id,), session_id, "sessions")
+        return _decoded(rows[0], _info) if rows else None
 
     def set_labels(self, conn: sqlite3.Connection, session_id: str, labels: str) -> None:
-        conn.execute(
-            "INSERT INTO sessions (id, labels, created_us, updated_us, write_seq, created_seq) "
-            f"VALUES (?1, ?2, ?3, ?3, {_NEXT_WRITE}, {_NEXT_WRITE}) "
-            "ON CONFLICT (id) DO UPDATE SET labels = excluded.labels, "
-            "updated_us = excluded.updated_us, write_seq = excluded.write_seq",
-            (session_id, labels, _codec.to_micros(_codec.now())),
-        )
+        row = _to_write(conn, session_id, _codec.to_micros(_codec.now()))
+        _save(conn, _with(row, labels=labels))
         conn.execute("DELETE FROM session_labels WHERE session_id = ?", (session_id,))
         conn.execute(_LABEL_ROWS, (session_id,))
 
@@ -377,7 +450,7 @@ class SqliteOps:
     def steps_after(
         self, conn: sqlite3.Connection, session_id: str, after: int, limit: int
     ) -> list[RunStep]:
-        rows = fetch_steps(conn, _STEPS_AFTER, (session_id, limit, after), session_id)
+        rows = fetch_rows(conn, _STEPS_AFTER, (session_id, limit, after), session_id)
         return steps_of(session_id, rows)
 
     def _held_anything(self, conn: sqlite3.Connection, session_id: str) -> bool:
@@ -396,16 +469,20 @@ class SqliteOps:
             raise unknown_source(source_id)
         if self._held_anything(conn, new_id):
             raise taken(new_id)
-        conn.execute(
-            "INSERT INTO sessions (id, model, system_prompt, data, labels, created_us, "
-            f"updated_us, write_seq, created_seq) SELECT ?1, coalesce(s.model, ''), "
-            "coalesce(s.system_prompt, ''), s.data, coalesce(s.labels, '{}'), ?3, ?3, "
-            f"{_NEXT_WRITE}, {_NEXT_WRITE} FROM (SELECT 1) LEFT JOIN sessions AS s ON s.id = ?2",
-            (new_id, source_id, _codec.to_micros(_codec.now())),
-        )
+        source = _stored(conn, source_id)
+        row = _to_write(conn, new_id, _codec.to_micros(_codec.now()))
+        if source is not None:
+            row = _with(
+                row,
+                model=source.model,
+                system_prompt=source.system_prompt,
+                data=source.data,
+                labels=source.labels,
+            )
+        _save(conn, row)
         conn.execute(_LABEL_ROWS, (new_id,))
         # Through the checked reader: a damaged row is refused, never copied with a new checksum.
-        rows = fetch_steps(conn, _COPY_STEPS, (source_id, -1 if keep is None else keep), source_id)
+        rows = fetch_rows(conn, _COPY_STEPS, (source_id, -1 if keep is None else keep), source_id)
         copied = steps_of(source_id, rows)
         conn.executemany(_INSERT_STEP, (step_params(step, new_id) for step in copied))
 
@@ -418,21 +495,18 @@ class SqliteOps:
     ) -> None:
         if self._held_anything(conn, session.id):
             raise taken(session.id, "delete it first to replace it")
-        finals = _codec.final_params(final) if final is not None else (None,) * 6
-        conn.execute(
-            f"INSERT INTO sessions (id, model, system_prompt, data, labels, {_FINAL}, "
-            "step_total, created_us, updated_us, write_seq, created_seq) VALUES "
-            f"(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {_NEXT_WRITE}, {_NEXT_WRITE})",
-            (
-                session.id,
-                session.model,
-                session.system_prompt,
-                session.data,
-                _codec.labels_text(info.labels),
-                *finals,
-                info.step_count,
-                _codec.to_micros(info.created_at),
-                _codec.to_micros(info.updated_at),
+        row = _to_write(conn, session.id, _codec.to_micros(info.updated_at))
+        _save(
+            conn,
+            _with(
+                row,
+                model=session.model,
+                system_prompt=session.system_prompt,
+                data=session.data,
+                step_total=info.step_count,
+                created_us=_codec.to_micros(info.created_at),
+                labels=_codec.labels_text(info.labels),
+                **_finals(final),
             ),
         )
         conn.execute(_LABEL_ROWS, (session.id,))
@@ -446,14 +520,22 @@ class SqliteOps:
         after = -1
         walking = True  # until the walk meets a session written since the cutoff
         while walking and len(gone) < limit:
-            rows = conn.execute(
-                "SELECT write_seq, id, updated_us FROM sessions WHERE write_seq > ? "
+            rows = fetch_rows(
+                conn,
+                f"SELECT write_seq, {SESSION_READ} FROM sessions WHERE write_seq > ? "
                 "ORDER BY write_seq LIMIT 64",
                 (after,),
-            ).fetchall()
+                None,
+                "sessions",
+            )
             if not rows:
                 break
-            for after, session_id, updated in rows:  # noqa: B007 - the walk's position
+            for after, *read in rows:  # noqa: B007 - the walk's position
+                try:
+                    row = checked_session(tuple(read))
+                except StoreError:
+                    continue  # a damaged row is left for its reads to report, never judged
+                session_id, updated = row.id, row.updated_us
                 if updated >= cutoff:
                     walking = False
                     break

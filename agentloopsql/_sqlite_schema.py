@@ -198,45 +198,68 @@ def read_shape(conn: sqlite3.Connection, owned: frozenset[str]) -> Shape:
     return shape
 
 
-def step_sum(
-    session_id: object,
-    index: object,
-    kind: object,
-    content: object,
-    args: object,
-    duration: object,
-    prompt: object,
-    completion: object,
-    created_us: object,
-) -> int:
-    """The ``checksum`` of a ``steps`` row holding these fields (docs/stores.md says how).
+def row_sum(*fields: object) -> int:
+    """The ``checksum`` of a row holding ``fields``, in column order (docs/stores.md says how).
 
     Each text field is written as its length in code points, ``:`` and the
-    text; each integer field as its decimal digits and ``,``; in column order;
-    the CRC-32 (``zlib.crc32``) of that text's UTF-8. The lengths keep field
-    boundaries from shifting, so no two rows share an encoding.
+    text; each integer as its decimal digits and ``,``; a NULL as ``~``; the
+    CRC-32 (``zlib.crc32``) of that text's UTF-8. The lengths and marks keep
+    field boundaries from shifting, so no two rows share an encoding.
 
-    A row whose text fields are not all ``str`` (not written by agentloopsql)
-    gets -1, which no CRC-32 equals: it never passes the check.
+    A row holding any other type (a ``bytes`` or ``float`` agentloopsql
+    never writes) gets -1, which no CRC-32 equals: it never passes the check.
     """
-    if not (
-        session_id.__class__ is str
-        and kind.__class__ is str
-        and content.__class__ is str
-        and args.__class__ is str
-    ):
-        return -1
-    encoded = (
-        f"{len(session_id)}:{session_id}{index},{len(kind)}:{kind}"
-        f"{len(content)}:{content}{len(args)}:{args}"
-        f"{duration},{prompt},{completion},{created_us},"
-    )
-    return zlib.crc32(encoded.encode("utf-8", "surrogatepass"))
+    parts = []
+    for value in fields:  # spelled out, no call per field: this runs for every row read
+        kind = value.__class__
+        if kind is str:
+            parts.append(f"{len(value)}:{value}")  # type: ignore[arg-type]
+        elif kind is int:
+            parts.append(f"{value},")
+        elif value is None:
+            parts.append("~")
+        else:
+            return -1
+    return zlib.crc32("".join(parts).encode("utf-8", "surrogatepass"))
+
+
+STEP_SUM_ARGS = 9
+"""``steps`` columns a step's checksum covers: session_id, step_index, step_type, content,
+tool_args, duration_ms, prompt_tokens, completion_tokens, created_us."""
+
+
+class SessionRow(NamedTuple):
+    """A ``sessions`` row: every column but ``checksum``, in table order (what it covers)."""
+
+    id: str
+    model: str
+    system_prompt: str
+    data: str | None
+    final_status: str | None
+    final_prompt_tokens: int | None
+    final_completion_tokens: int | None
+    final_step_count: int | None
+    final_duration_ms: int | None
+    final_data_bytes: int | None
+    step_total: int
+    created_us: int
+    updated_us: int
+    write_seq: int
+    labels: str
+    created_seq: int
+
+
+SESSION_COLUMNS = tuple(SessionRow.__annotations__)
+
+step_sum = row_sum
+session_sum = row_sum
 
 
 def add_functions(conn: sqlite3.Connection) -> None:
-    """Give ``conn`` the SQL function ``agentloop_step_sum`` (:func:`step_sum`) migrations use."""
-    conn.create_function("agentloop_step_sum", 9, step_sum, deterministic=True)
+    """Give ``conn`` the SQL functions ``agentloop_step_sum`` and ``agentloop_session_sum``
+    (:func:`row_sum` over a row's columns) the migrations use."""
+    conn.create_function("agentloop_step_sum", STEP_SUM_ARGS, row_sum, deterministic=True)
+    conn.create_function("agentloop_session_sum", len(SESSION_COLUMNS), row_sum, deterministic=True)
 
 
 def _build(migrations: Migrations, version: int) -> sqlite3.Connection:
@@ -486,6 +509,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE steps ADD COLUMN checksum INTEGER NOT NULL DEFAULT 0",
         "UPDATE steps SET checksum = agentloop_step_sum(session_id, step_index, step_type, "
         "content, tool_args, duration_ms, prompt_tokens, completion_tokens, created_us)",
+    ),
+    (
+        # Every sessions row carries the CRC-32 of every other column (row_sum),
+        # written with the row by agentloopsql and checked on every read.
+        "ALTER TABLE sessions ADD COLUMN checksum INTEGER NOT NULL DEFAULT 0",
+        f"UPDATE sessions SET checksum = agentloop_session_sum({', '.join(SESSION_COLUMNS)})",
     ),
 )
 

@@ -20,7 +20,7 @@ from typing import Any
 import trio
 
 from agentloopsql import PostgresStore, SqliteStore
-from bench._raw_sql import drop_pg_schema, pg_schema
+from bench._raw_sql import drop_pg_schema, pg_schema, sqlite_checksum
 
 _LABELLED = '{"team":"a"}'
 _IDLE = 3600.0  # seconds the seeded sessions' last write lies back
@@ -29,6 +29,12 @@ _IDLE = 3600.0  # seconds the seeded sessions' last write lies back
 def _rows(prefix: str, count: int, first_seq: int) -> Iterator[tuple[str, int, bool]]:
     for n in range(count):
         yield f"{prefix}{n:07d}", first_seq + n, n % 10 == 0
+
+
+def _session_row(session_id: str, stamp: int, seq: int, labels: str) -> tuple[object, ...]:
+    """The varying columns of a new ``sessions`` row, its checksum last (docs/stores.md)."""
+    fields = (session_id, "", "", *(None,) * 7, 0, stamp, stamp, seq, labels, seq)
+    return (session_id, stamp, stamp, seq, labels, seq, sqlite_checksum(fields))
 
 
 def seed_sqlite(path: str, prefix: str, count: int, idle_s: float = 0.0) -> None:
@@ -40,9 +46,9 @@ def seed_sqlite(path: str, prefix: str, count: int, idle_s: float = 0.0) -> None
         stamp = round((time.time() - idle_s) * 1_000_000)
         rows = list(_rows(prefix, count, top + 1))
         conn.executemany(
-            "INSERT INTO sessions (id, created_us, updated_us, write_seq, created_seq, labels) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            ((i, stamp, stamp, seq, seq, _LABELLED if lab else "{}") for i, seq, lab in rows),
+            "INSERT INTO sessions VALUES (?, '', '', NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
+            "0, ?, ?, ?, ?, ?, ?)",
+            (_session_row(i, stamp, seq, _LABELLED if lab else "{}") for i, seq, lab in rows),
         )
         conn.executemany(
             "INSERT INTO session_labels VALUES (?, 'team', 'a', ?, ?)",

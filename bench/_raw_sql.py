@@ -34,10 +34,17 @@ def sqlite_row(step: RunStep) -> tuple[object, ...]:
     """``step`` as the parameters of :data:`SQLITE_INSERT` (times in microseconds since 1970),
     its checksum as docs/stores.md defines it."""
     fields = (*_common(step), (step.created_at - _EPOCH) // _MICROSECOND)
+    return (*fields, sqlite_checksum(fields))
+
+
+def sqlite_checksum(fields: tuple[object, ...]) -> int:
+    """The ``checksum`` of a SQLite ``steps`` or ``sessions`` row holding ``fields`` (its other
+    columns in table order), as docs/stores.md defines it."""
     encoded = "".join(
-        f"{len(value)}:{value}" if isinstance(value, str) else f"{value}," for value in fields
+        "~" if value is None else f"{len(value)}:{value}" if isinstance(value, str) else f"{value},"
+        for value in fields
     )
-    return (*fields, zlib.crc32(encoded.encode("utf-8")))
+    return zlib.crc32(encoded.encode("utf-8"))
 
 
 def raw_sqlite(path: str, synchronous: str) -> sqlite3.Connection:

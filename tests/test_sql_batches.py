@@ -170,7 +170,8 @@ def test_sqlite_sessions_before_revisions_get_one(tmp_path: Path) -> None:
 
     trio.run(write)
     conn = sqlite3.connect(path)
-    conn.execute("ALTER TABLE steps DROP COLUMN checksum")  # back to before version 5
+    conn.execute("ALTER TABLE sessions DROP COLUMN checksum")  # back to before version 6
+    conn.execute("ALTER TABLE steps DROP COLUMN checksum")  # and before version 5
     for statement in SQLITE_UNDO_LIFECYCLE:
         conn.execute(statement)
     conn.execute("DROP TABLE revision_floors")

@@ -30,6 +30,7 @@ T_US = 1_767_225_600_000_000  # 2026-01-01 in microseconds
 def sqlite_at(path: Path, version: int) -> None:
     """A SQLite file at schema ``version`` holding sessions a, b and steps of a and c."""
     conn = sqlite3.connect(path, isolation_level=None)
+    lite_schema.add_functions(conn)  # the checksum migrations call them
     try:
         for statements in lite_schema.MIGRATIONS[:version]:
             for statement in statements:
@@ -46,6 +47,12 @@ def sqlite_at(path: Path, version: int) -> None:
                 "duration_ms, prompt_tokens, completion_tokens, created_us) "
                 "VALUES (?, ?, 'user', ?, '{}', 0, 0, 0, ?)",
                 (sid, index, f"{sid}{index}", T_US),
+            )
+        if version >= 5:  # as a version-5 store wrote them
+            conn.execute(
+                "UPDATE steps SET checksum = agentloop_step_sum(session_id, step_index, "
+                "step_type, content, tool_args, duration_ms, prompt_tokens, completion_tokens, "
+                "created_us)"
             )
         if version >= 2:
             conn.execute("INSERT INTO leases VALUES ('a', 'w', 3, NULL)")
