@@ -3,7 +3,9 @@
 By family, in run order:
 
 - ``session.lease.*``: one live lease per session (across handles too),
-  growing tokens, expiry, renew and release;
+  growing tokens, expiry, renew and release, and random programs of lease
+  calls against a model (``session.lease.model-based``, whose machine is in
+  ``_machines.py``, imported when it runs: hypothesis is a heavy import);
 - ``session.lease-clock.*``: expiry at its exact boundaries, on a clock the
   contract controls (``Harness.new_session_store_with_clock``; skipped without);
 - ``session.lease-calls.*``: lease calls are not session writes, check their
@@ -496,6 +498,22 @@ _LOOKALIKE_OWNERS = (
     ("caf\u00e9", "cafe\u0301"),
 )
 """Pairs of distinct owners a store that folds, trims, normalizes or cuts would merge."""
+
+
+@clause(
+    "session.lease.model-based",
+    "random programs mixing acquire / renew / release / fenced writes / reopen with the "
+    "session calls match a model of who holds each lease",
+    capability="lease",
+    why=(
+        "the loop trusts a lease to make one run the only writer: a grant, token or fence "
+        "that drifts from the rules in some sequence lets two runs write one session"
+    ),
+)
+async def _lease_model(h: Harness) -> None:
+    from agentlooptest._clauses._machines import LeaseMachine, run_machine  # late: heavy import
+
+    await run_machine(LeaseMachine, h)
 
 
 @clause(

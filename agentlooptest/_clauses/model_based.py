@@ -1,9 +1,10 @@
-"""``step.model-based``, ``session.model-based``, ``session.lease.model-based``: random
-programs of store calls match a model.
+"""``step.model-based``, ``session.model-based``: random programs of store calls match a model.
 
 Each runs one hypothesis state machine (``_machines.py``) against a fresh
 store per program. That module is imported only when a clause runs:
-hypothesis is a heavy import, and its trio plugin loads pytest.
+hypothesis is a heavy import, and its trio plugin loads pytest. The lease
+machine's clause, ``session.lease.model-based``, is a ``session.lease`` clause:
+it lives in ``lease.py``.
 """
 
 from __future__ import annotations
@@ -38,19 +39,3 @@ async def _session_model(h: Harness) -> None:
     from agentlooptest._clauses._machines import SessionMachine, run_machine  # late: see above
 
     await run_machine(SessionMachine, h)
-
-
-@clause(
-    "session.lease.model-based",
-    "random programs mixing acquire / renew / release / fenced writes / reopen with the "
-    "session calls match a model of who holds each lease",
-    capability="lease",
-    why=(
-        "the loop trusts a lease to make one run the only writer: a grant, token or fence "
-        "that drifts from the rules in some sequence lets two runs write one session"
-    ),
-)
-async def _lease_model(h: Harness) -> None:
-    from agentlooptest._clauses._machines import LeaseMachine, run_machine  # late: see above
-
-    await run_machine(LeaseMachine, h)
