@@ -621,6 +621,12 @@ OWNERS = st.one_of(st.just("w"), st.sampled_from(["W", "w ", "w\u00e9", "we\u030
 """Owners that differ by case, a trailing space, NFC against NFD: a store must tell each apart.
 One is drawn as often as the rest together, so the same owner's older receipts come up."""
 
+
+def _another(owner: str) -> str:
+    """An owner other than ``owner``, one that differs from it least: by case."""
+    return owner.swapcase() if owner.swapcase() != owner else owner + "2"
+
+
 LEASE_IDS = st.sampled_from(["a", "A"])
 """Two sessions only, so the lease calls of a program meet on the same grants."""
 
@@ -629,11 +635,17 @@ LEASE_CALLS = st.sampled_from(
 )
 """What a lease machine step does: acquire, or present a receipt."""
 
+RECEIPTS = st.sampled_from(["older", "latest", "any"])
+"""Which receipt a call presents: one of the session's older receipts, by the owner of its
+latest grant when there is one (a run that released and acquired again under its own name,
+presenting what it held before: the receipt a store that checks owners, not tokens, takes for
+the live one); the session's latest; or any receipt granted so far (:data:`PICKS`)."""
+
 REOPENS = 2
 """Reopens per program at most: each opens a connection on a SQL store."""
 
 PICKS = st.integers(0, 63)
-"""Which lease receipt a call presents: an index into every receipt granted so far."""
+"""Which of the chosen receipts a call presents: an index into them."""
 
 
 @attrs.frozen
@@ -651,7 +663,10 @@ class LeaseMachine(RuleBasedStateMachine):
 
     Three rules (a lease call, a session call, reopen), the call drawn as a value: with a
     rule per call, or every session rule added, hypothesis (which leaves rules out of whole
-    programs and favours some) made a receipt call a few times a run."""
+    programs and favours some) made a receipt call a few times a run. Receipts are drawn
+    by kind (:data:`RECEIPTS`), the older ones of the holder's own name a third of the
+    time: among every receipt alike, the one that tells a token check from an owner check
+    came up too rarely to be found in every run."""
 
     harness: ClassVar[Harness]
     examples: ClassVar[int] = 25
@@ -678,8 +693,19 @@ class LeaseMachine(RuleBasedStateMachine):
             _open(aclose_quietly, self.store)
         _open(aclose_quietly, self.first)
 
-    def _latest(self, pick: int) -> tuple[Lease, _Grant]:
-        lease = self.receipts[pick % len(self.receipts)]
+    def _receipt(self, sid: str, which: str, pick: int) -> tuple[Lease, _Grant]:
+        """A receipt of ``sid`` (of any session if ``sid`` has none) of the kind ``which``
+        names (:data:`RECEIPTS`), and its session's latest grant."""
+        pool = [r for r in self.receipts if r.session_id == sid] or self.receipts
+        if which == "any":
+            pool = self.receipts
+        latest = self.grants[pool[0].session_id]
+        if which == "latest":
+            pool = [r for r in pool if r.token == latest.token] or pool
+        elif which == "older":
+            older = [r for r in pool if r.token != latest.token]
+            pool = [r for r in older if r.owner == latest.owner] or older or pool
+        lease = pool[pick % len(pool)]
         return lease, self.grants[lease.session_id]
 
     def acquire_lease(self, sid: str, owner: str) -> None:
@@ -703,9 +729,8 @@ class LeaseMachine(RuleBasedStateMachine):
         self.grants[sid] = _Grant(owner, got.token, released=False)
         self.receipts.append(got)
 
-    def renew_lease(self, pick: int) -> None:
+    def renew_lease(self, lease: Lease, latest: _Grant) -> None:
         """The latest unreleased grant renews, keeping its token; any other is lost."""
-        lease, latest = self._latest(pick)
         shown = f"renew_lease({_arg(lease)}, {LEASE_TTL:g})"
         if latest.token != lease.token or latest.released:
             refused = raises(LeaseLostError, self.store.renew_lease, lease, LEASE_TTL)
@@ -719,29 +744,44 @@ class LeaseMachine(RuleBasedStateMachine):
         )
         diverged(same, shown, got, f"the same lease (token {lease.token}), renewed")
 
-    def release_lease(self, pick: int) -> None:
-        """Releases the latest grant; a no-op for an older one, or a second time."""
-        lease, latest = self._latest(pick)
+    def release_lease(self, lease: Lease, latest: _Grant) -> None:
+        """Releases the latest grant; a no-op for an older one, or a second time: then a
+        live holder still holds it, which another owner's acquire shows at once."""
         call(self.store.release_lease, lease)
         if latest.token == lease.token:
             self.grants[lease.session_id] = attrs.evolve(latest, released=True)
+        elif not latest.released:
+            self.acquire_lease(lease.session_id, _another(latest.owner))
 
-    @rule(sid=LEASE_IDS, owner=OWNERS, pick=PICKS, action=LEASE_CALLS, doc=DOCS)
-    def lease_call(self, sid: str, owner: str, pick: int, action: str, doc: str | None) -> None:
+    @rule(
+        sid=LEASE_IDS,
+        owner=OWNERS,
+        which=RECEIPTS,
+        pick=PICKS,
+        action=LEASE_CALLS,
+        doc=DOCS,
+        same=st.booleans(),
+    )
+    def lease_call(
+        self, sid: str, owner: str, which: str, pick: int, action: str, doc: str | None, same: bool
+    ) -> None:
         """Acquire, or present a receipt granted so far (often an older one): renew,
-        release, a fenced write, or release the latest and acquire again. One rule for them
-        all: hypothesis leaves rules out of whole programs and favours some, and split into
-        rules the receipt calls came up a few times a run."""
+        release, a fenced write, or release the session's latest grant and acquire again
+        (as the same owner when ``same``). One rule for them all: hypothesis leaves rules
+        out of whole programs and favours some, and split into rules the receipt calls
+        came up a few times a run."""
         if action == "acquire" or not self.receipts:
             self.acquire_lease(sid, owner)
-        elif action == "renew":
-            self.renew_lease(pick)
+            return
+        lease, latest = self._receipt(sid, which, pick)
+        if action == "renew":
+            self.renew_lease(lease, latest)
         elif action == "release":
-            self.release_lease(pick)
+            self.release_lease(lease, latest)
         elif action == "fenced write":
-            self.fenced_update_data(pick, doc)
+            self.fenced_update_data(lease, latest, doc)
         else:
-            self.release_then_acquire(pick, owner)
+            self.release_then_acquire(lease.session_id, latest.owner if same else owner)
 
     @rule(sid=IDS, action=st.sampled_from(["update_data", "get", "exists", "delete"]), doc=DOCS)
     def session_call(self, sid: str, action: str, doc: str | None) -> None:
@@ -755,21 +795,15 @@ class LeaseMachine(RuleBasedStateMachine):
         else:
             SessionMachine.delete_session(cast(SessionMachine, self), sid)
 
-    def release_then_acquire(self, pick: int, owner: str) -> None:
-        """A run ends and the next starts: the picked session's latest grant is released and
-        ``owner`` (often the same) acquires it, so older receipts pile up."""
-        sid = self.receipts[pick % len(self.receipts)].session_id
-        latest = max(
-            (i for i, r in enumerate(self.receipts) if r.session_id == sid),
-            key=lambda i: self.receipts[i].token,
-        )
-        self.release_lease(latest)
+    def release_then_acquire(self, sid: str, owner: str) -> None:
+        """A run ends and the next starts: ``sid``'s latest grant is released and ``owner``
+        (often the same) acquires it, so older receipts pile up."""
+        self.release_lease(*self._receipt(sid, "latest", 0))
         self.acquire_lease(sid, owner)
 
-    def fenced_update_data(self, pick: int, doc: str | None) -> None:
+    def fenced_update_data(self, lease: Lease, latest: _Grant, doc: str | None) -> None:
         """A fenced write lands while its token is the latest (released or not), else is
         refused with LeaseLostError and changes nothing."""
-        lease, latest = self._latest(pick)
         sid = lease.session_id
         view = self.store.fenced(lease)
         shown = f"fenced({_arg(lease)}).update_data({sid!r}, {doc!r})"
