@@ -1,7 +1,7 @@
 """The state machines of the ``*.model-based`` clauses: a store and a model side by side.
 
-Imported only when one of those clauses runs (``model_based.py``): hypothesis
-is a heavy import, and its trio plugin loads pytest.
+Imported only when one of those clauses runs (``model_based.py``, ``lease.py``):
+hypothesis is a heavy import, and its trio plugin loads pytest.
 
 **Where the machine runs.** Hypothesis has no async rules, so the machine
 runs in a worker thread (:func:`_in_worker_thread`) and awaits each store call
@@ -15,6 +15,13 @@ program last, so after a failure the log is that program. Shrinking runs a
 store call per step through the thread; it is bounded: :data:`SHRINK_SECONDS`
 after the first failing program, the machine stops at the next program's
 start and the shortest failing program seen so far is reported.
+
+**The budget.** A machine runs its ``examples`` programs in batches of
+:data:`BATCH`, each batch a hypothesis run with a seed of its own (the batch's
+number): the same programs every run, whatever the machine's source. Once
+:data:`MIN_PROGRAMS` have run, it starts no further batch past
+:data:`PROGRAM_SECONDS`: a store a round trip away gets fewer programs, never
+fewer than that floor; a store whose calls take microseconds gets them all.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from typing import Any, ClassVar, TypeVar, cast
 import anyio
 import attrs
 from anyio.from_thread import BlockingPortal
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, seed, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -66,6 +73,19 @@ T = TypeVar("T")
 SHRINK_SECONDS = 15
 """Seconds after the first failing program that shorter ones are looked for (each store call
 is a thread round trip, so shrinking without a bound can take minutes)."""
+
+PROGRAM_SECONDS = 3.0
+"""Seconds of programs a machine runs in full: past them, once :data:`MIN_PROGRAMS` have run,
+it starts no more batches. A store whose calls take microseconds runs every program; one a
+network round trip away, fewer (its calls cost what they cost whatever they find)."""
+
+MIN_PROGRAMS = 20
+"""Programs a machine runs whatever they cost (its ``examples``, if fewer). Every model-based
+store of the broken-store catalogue fails within them."""
+
+BATCH = 10
+"""Programs per hypothesis run: a machine's programs are runs of this many, each with its own
+fixed seed (:func:`hypothesis.seed`), so it can stop between two."""
 
 
 class Diverged(AssertionError):
@@ -846,8 +866,7 @@ def _run_in_thread(machine: type[RuleBasedStateMachine], harness: Harness) -> No
     bound = type(machine.__name__, (machine,), {"harness": harness})
     program = _THREAD.program = _Program()
     try:
-        chosen = settings(SETTINGS, max_examples=getattr(machine, "examples", 40))
-        run_state_machine_as_test(bound, settings=chosen)
+        _run_batches(bound, getattr(machine, "examples", 40))
     except _Cancelled:
         raise
     except Diverged as exc:
@@ -865,6 +884,17 @@ def _run_in_thread(machine: type[RuleBasedStateMachine], harness: Harness) -> No
             raise
         _add_program(exc, numbered(program.calls, last_is_failing=False))
         raise
+
+
+def _run_batches(bound: type[RuleBasedStateMachine], examples: int) -> None:
+    """Run ``examples`` programs of ``bound`` in batches (see the module docstring)."""
+    began = time.monotonic()
+    for first in range(0, examples, BATCH):
+        floor = min(examples, MIN_PROGRAMS)
+        if first >= floor and time.monotonic() - began > PROGRAM_SECONDS:
+            return
+        chosen = settings(SETTINGS, max_examples=min(BATCH, examples - first))
+        run_state_machine_as_test(seed(first // BATCH)(bound), settings=chosen)
 
 
 def _report(failure: _Failure) -> None:
