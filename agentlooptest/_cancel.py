@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
 from typing import Any, Literal, TypeVar
 
 import anyio
@@ -234,6 +234,28 @@ class Points:
     def finished(self, done: bool) -> None:
         """Record whether the op at the last point returned normally."""
         self._streak = self._streak + 1 if done else 0
+
+
+def each_way(limit: int = MAX_POINTS) -> Iterator[tuple[Points, int, bool]]:
+    """Each point with an anyio scope, then (asyncio only) again with ``Task.cancel()``.
+
+    Yields the :class:`Points` to tell whether the call returned, the point, and
+    whether to cancel with ``Task.cancel()`` (pass it to :func:`cancel_either`).
+    """
+    for native in (False,) if on_trio() else (False, True):
+        points = Points(limit)
+        for point in points:
+            yield points, point, native
+
+
+async def cancel_either(
+    op: Callable[[], Awaitable[object]], point: int, native: bool, did: str
+) -> bool:
+    """:func:`native_cancel_at` when ``native``, else :func:`cancel_at`; whether ``op``
+    returned normally. The point is recorded in ``points`` by the caller."""
+    if native:
+        return await native_cancel_at(op, point, did)
+    return await cancel_at(op, point)
 
 
 async def still_usable(what: str, op: Callable[[], Awaitable[T]]) -> T:

@@ -13,7 +13,7 @@ from broken.catalogue import CATALOGUE, Broken, good_harness, unusual_good_harne
 
 import agentlooptest._cancel
 import agentlooptest._clauses._machines
-from agentlooptest import CLAUSES, certify, memory_harness, memory_store_harness
+from agentlooptest import CLAUSES, Harness, certify, memory_harness, memory_store_harness
 
 LIFECYCLE = (
     "page_sessions",
@@ -108,3 +108,35 @@ async def test_unusual_correct_stores_pass_everything(name: str) -> None:
         return
     assert report.skipped, "these stores have no leases: the lease clauses must skip"
     assert {r.capability for r in report.skipped} == {"lease", *LIFECYCLE}
+
+
+MODEL_BASED = [b for b in CATALOGUE if b.expected.endswith(".model-based")]
+"""The broken stores a model-based clause is written to catch."""
+
+
+@pytest.mark.parametrize("broken", MODEL_BASED, ids=lambda b: b.name.partition(":")[0])
+async def test_model_based_stores_are_caught_within_the_program_floor(
+    broken: Broken, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a store so slow that its machine stops at the floor of programs, the broken
+    stores of the model-based clauses are still caught: the floor does not depend on speed."""
+    monkeypatch.setattr(agentlooptest._clauses._machines, "PROGRAM_SECONDS", 0.0)
+    report = await certify(broken.harness, pattern=broken.expected)
+    assert report.result(broken.expected).outcome == "failed", broken.name
+
+
+async def test_a_slow_store_runs_the_floor_of_programs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the machine's time budget it starts no more programs once the floor has run, and
+    passes; one store is opened per program (and one to probe the store)."""
+    from agentloopmem import SessionStore
+
+    monkeypatch.setattr(agentlooptest._clauses._machines, "PROGRAM_SECONDS", 0.0)
+    opened: list[SessionStore] = []
+
+    async def new_store() -> SessionStore:
+        opened.append(SessionStore())
+        return opened[-1]
+
+    report = await certify(Harness(new_session_store=new_store), pattern="session.model-based")
+    assert report.result("session.model-based").outcome == "passed"
+    assert len(opened) == agentlooptest._clauses._machines.MIN_PROGRAMS + 1

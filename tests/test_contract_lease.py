@@ -63,3 +63,22 @@ async def test_an_unfenced_append_through_a_covering_view_is_caught() -> None:
     report = await certify(Harness(new_session_store=_leaky), pattern="session.fenced.writes")
     [failed] = report.failed
     assert "append(<step 7 of 'f'>) through a's fenced view" in failed.message
+
+
+async def test_without_a_clock_hook_the_lease_clock_clauses_skip_saying_why() -> None:
+    """A harness with no clock hook (the SQL stores' case) skips the exact-expiry clauses with
+    a reason naming the hook, what goes unchecked and what still checks expiry."""
+    report = await certify(Harness(new_session_store=_covering), pattern="session.lease-clock.*")
+    assert report.skipped
+    assert report.failed == ()
+    for result in report.skipped:
+        assert result.message.startswith("no new_session_store_with_clock in the harness (")
+        assert "expiry to the microsecond is not checked" in result.message
+        assert "the other lease clauses check it with real waits" in result.message
+
+
+async def test_the_lease_model_programs_pass_on_agentloopmem() -> None:
+    """The lease machine's programs (leases, fenced writes, session calls) match the model on
+    the in-memory store."""
+    report = await certify(Harness(new_session_store=_covering), pattern="session.lease.model*")
+    assert [(r.id, r.outcome) for r in report.results] == [("session.lease.model-based", "passed")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -18,8 +19,17 @@ def _quick_shrink(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(agentlooptest._clauses._machines, "SHRINK_SECONDS", 3)
 
 
-async def test_a_model_based_failure_is_a_numbered_program() -> None:
-    """The shrunk program is a numbered list of store calls ending at the first divergence."""
+async def test_a_model_based_failure_is_a_numbered_program(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The shrunk program is a numbered list of store calls ending at the first divergence.
+
+    Shrinking runs to the end here: cut off by a wall-clock bound, it reports the
+    shortest program found by then, which on a loaded machine is an early, unshrunk
+    one (starting anywhere, with a last_n say), so the first call would depend on the
+    machine's speed.
+    """
+    monkeypatch.setattr(agentlooptest._clauses._machines, "SHRINK_SECONDS", math.inf)
     report = await certify(
         Harness(new_step_store=_factory(steps.WindowMath)), pattern="step.model-based"
     )
@@ -30,6 +40,19 @@ async def test_a_model_based_failure_is_a_numbered_program() -> None:
     assert "to return what the model says: " in message
     for noise in ("Failing test case", "_machines.py", "state = ", "Explanation"):
         assert noise not in message
+
+
+async def test_a_program_cut_short_is_still_numbered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no time left to shrink, the shortest failing program found so far is shown, as
+    numbered calls ending at the first divergence."""
+    monkeypatch.setattr(agentlooptest._clauses._machines, "SHRINK_SECONDS", 0)
+    report = await certify(
+        Harness(new_step_store=_factory(steps.WindowMath)), pattern="step.model-based"
+    )
+    message = report.result("step.model-based").message
+    assert re.search(r"call by call:\n {14}1\. [a-z_]+\(", message), message
+    assert re.search(r"\d+\. last_n\(.*<- the first result that differs from the model", message)
+    assert "  expected: last_n(" in message
 
 
 class _FinalizeDropsData(sessions.GoodSessions):

@@ -21,8 +21,9 @@ import anyio
 import pytest
 import trio
 from broken._good import GoodBoth
+from broken.leases import Fenced, Leased
 
-from agentloop import RunStep
+from agentloop import Lease, RunStep, Session
 from agentlooptest import Harness, Report, certify
 
 
@@ -324,3 +325,85 @@ def test_a_batch_swallowing_task_cancel_fails_the_batch_cancel_clause() -> None:
     assert "append_many of 4 steps" in result.message
     assert "Task.cancel()" in result.message
     assert "the cancellation was never delivered" in result.message
+
+
+class SwallowsInAcquire(Leased):
+    """``acquire_lease`` swallows a ``CancelledError`` and grants anyway."""
+
+    async def acquire_lease(self, session_id: str, owner: str, ttl: float) -> Lease | None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0)
+        return await super().acquire_lease(session_id, owner, ttl)
+
+
+class SwallowsInRelease(Leased):
+    """``release_lease`` swallows a ``CancelledError`` and releases anyway."""
+
+    async def release_lease(self, lease: Lease) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0)
+        await super().release_lease(lease)
+
+
+class SwallowsInFencedWrite(Leased):
+    """A fenced ``update_data`` swallows a ``CancelledError`` and writes anyway."""
+
+    def fenced(self, lease: Lease) -> Any:
+        return _SwallowingView(self, lease)
+
+
+class _SwallowingView(Fenced):
+    async def update_data(self, session_id: str, snapshot: str | None) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0)
+        await super().update_data(session_id, snapshot)
+
+
+class SwallowsInGetMany(GoodBoth):
+    """``get_many`` swallows a ``CancelledError`` and reads anyway."""
+
+    async def get_many(self, session_ids: list[str]) -> list[Session]:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0)
+        return await super().get_many(session_ids)
+
+
+class SwallowsInAclose(GoodBoth):
+    """``aclose`` swallows a ``CancelledError`` and closes anyway."""
+
+    async def aclose(self) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0)
+        await super().aclose()
+
+
+@pytest.mark.parametrize(
+    ("cls", "clause_id", "call"),
+    [
+        (SwallowsInAcquire, "session.lease-calls.cancel", "acquire_lease("),
+        (SwallowsInRelease, "session.lease-calls.cancel", "release_lease("),
+        (SwallowsInFencedWrite, "session.lease-calls.cancel", "fenced(<lease of"),
+        (SwallowsInGetMany, "session.get-many.cancel", "get_many("),
+        (SwallowsInAclose, "session.closed.cancel", "aclose()"),
+    ],
+)
+def test_a_call_swallowing_task_cancel_fails_its_cancel_clause(
+    cls: type, clause_id: str, call: str
+) -> None:
+    """Lease calls, fenced writes, get_many and aclose meet a native ``Task.cancel()`` too;
+    a swallowed one fails the clause, naming the call."""
+    report = certify_asyncio(harness_of(cls), clause_id)
+    [result] = report.results
+    assert result.outcome == "failed", cls.__name__
+    assert "Task.cancel()" in result.message
+    assert "the cancellation was never delivered" in result.message
+    assert f"did:      {call}" in result.message
+
+
+def test_a_correct_store_passes_the_new_task_cancel_points() -> None:
+    report = certify_asyncio(harness_of(Leased), "session.[lcg][eil]*.cancel")
+    assert [(r.id, r.outcome) for r in report.results] == [
+        ("session.closed.cancel", "passed"),
+        ("session.get-many.cancel", "passed"),
+        ("session.lease-calls.cancel", "passed"),
+    ]

@@ -20,7 +20,8 @@ table:
 - what both protocols have lives in one module for both: ``*.closed``
   (``aclose``) in ``closed.py``, ``*.delete.*`` (``delete_session``) in
   ``delete_session.py``, ``*.durable`` (``reopen``) in ``durable.py``,
-  ``*.model-based`` in ``model_based.py``;
+  ``*.model-based`` in ``model_based.py`` (``session.lease.model-based`` is
+  a ``session.lease`` clause, so it is in ``lease.py``);
 - the base protocol: ``*.concurrency.*`` and ``*.cancel.*`` (calls in flight)
   in ``concurrency.py``; every other ``step.*`` family in ``steps.py``, every
   other ``session.*`` family in ``sessions.py``.

@@ -1,7 +1,7 @@
 """The state machines of the ``*.model-based`` clauses: a store and a model side by side.
 
-Imported only when one of those clauses runs (``model_based.py``): hypothesis
-is a heavy import, and its trio plugin loads pytest.
+Imported only when one of those clauses runs (``model_based.py``, ``lease.py``):
+hypothesis is a heavy import, and its trio plugin loads pytest.
 
 **Where the machine runs.** Hypothesis has no async rules, so the machine
 runs in a worker thread (:func:`_in_worker_thread`) and awaits each store call
@@ -15,6 +15,13 @@ program last, so after a failure the log is that program. Shrinking runs a
 store call per step through the thread; it is bounded: :data:`SHRINK_SECONDS`
 after the first failing program, the machine stops at the next program's
 start and the shortest failing program seen so far is reported.
+
+**The budget.** A machine runs its ``examples`` programs in batches of
+:data:`BATCH`, each batch a hypothesis run with a seed of its own (the batch's
+number): the same programs every run, whatever the machine's source. Once
+:data:`MIN_PROGRAMS` have run, it starts no further batch past
+:data:`PROGRAM_SECONDS`: a store a round trip away gets fewer programs, never
+fewer than that floor; a store whose calls take microseconds gets them all.
 """
 
 from __future__ import annotations
@@ -30,12 +37,12 @@ from contextvars import ContextVar
 from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
 import anyio
 import attrs
 from anyio.from_thread import BlockingPortal
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, seed, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -47,6 +54,8 @@ from hypothesis.stateful import (
 
 from agentloop import (
     FinalizeSummary,
+    Lease,
+    LeaseLostError,
     RevisionConflictError,
     RunStatus,
     RunStep,
@@ -64,6 +73,19 @@ T = TypeVar("T")
 SHRINK_SECONDS = 15
 """Seconds after the first failing program that shorter ones are looked for (each store call
 is a thread round trip, so shrinking without a bound can take minutes)."""
+
+PROGRAM_SECONDS = 3.0
+"""Seconds of programs a machine runs in full: past them, once :data:`MIN_PROGRAMS` have run,
+it starts no more batches. A store whose calls take microseconds runs every program; one a
+network round trip away, fewer (its calls cost what they cost whatever they find)."""
+
+MIN_PROGRAMS = 20
+"""Programs a machine runs whatever they cost (its ``examples``, if fewer). Every model-based
+store of the broken-store catalogue fails within them."""
+
+BATCH = 10
+"""Programs per hypothesis run: a machine's programs are runs of this many, each with its own
+fixed seed (:func:`hypothesis.seed`), so it can stop between two."""
 
 
 class Diverged(AssertionError):
@@ -164,10 +186,11 @@ def _text(value: object) -> str:
     return text if len(text) <= 400 else f"{text[:400]}... ({len(text)} chars)"
 
 
-def call(fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
-    """Await ``fn(*args)`` on the event loop thread that started the machine, logging the call."""
+def call(fn: Callable[..., Coroutine[Any, Any, T]], *args: Any, shown: str = "") -> T:
+    """Await ``fn(*args)`` on the event loop thread that started the machine, logging the call
+    (as ``shown`` when given)."""
     program = _program()
-    program.calls.append(show_call(fn, args))
+    program.calls.append(shown or show_call(fn, args))
     try:
         return on_loop(fn, *args)
     except Exception as exc:
@@ -175,10 +198,12 @@ def call(fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
         raise
 
 
-def raises(error: type[Exception], fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> bool:
+def raises(
+    error: type[Exception], fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any, shown: str = ""
+) -> bool:
     """:func:`call`; whether it raised ``error`` (which, here, is no failure)."""
     program = _program()
-    program.calls.append(show_call(fn, args))
+    program.calls.append(shown or show_call(fn, args))
     try:
         on_loop(fn, *args)
     except error:
@@ -290,6 +315,8 @@ def show_call(fn: Callable[..., Any], args: tuple[Any, ...]) -> str:
 
 
 def _arg(value: object) -> str:
+    if isinstance(value, Lease):
+        return f"<lease {value.token} of {value.session_id!r} for {value.owner!r}>"
     if isinstance(value, RunStep):
         return (
             f"RunStep({value.session_id!r}, {value.step_index}, {value.step_type.value}, "
@@ -357,6 +384,7 @@ class StepMachine(RuleBasedStateMachine):
     """A step store against a dict of lists."""
 
     harness: ClassVar[Harness]
+    examples: ClassVar[int] = 40
 
     def __init__(self) -> None:
         super().__init__()
@@ -452,32 +480,49 @@ class StepMachine(RuleBasedStateMachine):
         diverged(got is want, f"delete_session({sid!r})", got, want)
 
 
+def _session_model(machine: Any) -> None:
+    """Open the example's session store and the empty model a session machine keeps."""
+    factory = machine.harness.new_session_store
+    assert factory is not None
+    _start()
+    machine.store = _open(factory)
+    machine.sessions = {}  # id -> Session
+    machine.finals = {}  # id -> the latest FinalizeSummary
+    machine.totals = {}  # id -> the step total
+    machine.recency = []  # most recently written first
+    machine.revisions = {}  # the largest revision each session showed
+
+
+def _wrote_session(machine: Any, sid: str) -> Session:
+    """Move ``sid`` to the front of the model's write order; its session (new if unknown)."""
+    if sid in machine.recency:
+        machine.recency.remove(sid)
+    machine.recency.insert(0, sid)
+    session: Session = machine.sessions.setdefault(sid, Session(sid))
+    return session
+
+
 class SessionMachine(RuleBasedStateMachine):
     """A session store against a dict of (session, latest summary, step total), in write order."""
 
     harness: ClassVar[Harness]
+    examples: ClassVar[int] = 40
+    store: Any
+    sessions: dict[str, Session]
+    finals: dict[str, FinalizeSummary]
+    totals: dict[str, int]
+    recency: list[str]
+    revisions: dict[str, int]
 
     def __init__(self) -> None:
         super().__init__()
-        factory = self.harness.new_session_store
-        assert factory is not None
-        _start()
-        self.store: Any = _open(factory)
-        self.sessions: dict[str, Session] = {}
-        self.finals: dict[str, FinalizeSummary] = {}
-        self.totals: dict[str, int] = {}
-        self.recency: list[str] = []  # most recently written first
-        self.revisions: dict[str, int] = {}  # the largest revision each session showed
+        _session_model(self)
 
     def teardown(self) -> None:
         """Close the example's store."""
         _open(aclose_quietly, self.store)
 
-    def _wrote(self, sid: str) -> Session:
-        if sid in self.recency:
-            self.recency.remove(sid)
-        self.recency.insert(0, sid)
-        return self.sessions.setdefault(sid, Session(sid))
+    _wrote = _wrote_session
 
     @rule(sid=IDS, doc=DOCS)
     def update_data(self, sid: str, doc: str | None) -> None:
@@ -588,6 +633,222 @@ class SessionMachine(RuleBasedStateMachine):
         diverged(got == want, "list_sessions(limit=50) as (id, status, step_count)", got, want)
 
 
+LEASE_TTL = 3600.0
+"""The ttl of every lease the lease machine takes: no lease expires during a program, since
+the harness's stores here read a clock the machine does not control."""
+
+OWNERS = st.one_of(st.just("w"), st.sampled_from(["W", "w ", "w\u00e9", "we\u0301"]))
+"""Owners that differ by case, a trailing space, NFC against NFD: a store must tell each apart.
+One is drawn as often as the rest together, so the same owner's older receipts come up."""
+
+
+def _another(owner: str) -> str:
+    """An owner other than ``owner``, one that differs from it least: by case."""
+    return owner.swapcase() if owner.swapcase() != owner else owner + "2"
+
+
+LEASE_IDS = st.sampled_from(["a", "A"])
+"""Two sessions only, so the lease calls of a program meet on the same grants."""
+
+LEASE_CALLS = st.sampled_from(
+    ["acquire", "renew", "release", "fenced write", "release then acquire"]
+)
+"""What a lease machine step does: acquire, or present a receipt."""
+
+RECEIPTS = st.sampled_from(["older", "latest", "any"])
+"""Which receipt a call presents: one of the session's older receipts, by the owner of its
+latest grant when there is one (a run that released and acquired again under its own name,
+presenting what it held before: the receipt a store that checks owners, not tokens, takes for
+the live one); the session's latest; or any receipt granted so far (:data:`PICKS`)."""
+
+REOPENS = 2
+"""Reopens per program at most: each opens a connection on a SQL store."""
+
+PICKS = st.integers(0, 63)
+"""Which of the chosen receipts a call presents: an index into them."""
+
+
+@attrs.frozen
+class _Grant:
+    """A session's latest lease grant in the model."""
+
+    owner: str
+    token: int
+    released: bool
+
+
+class LeaseMachine(RuleBasedStateMachine):
+    """Leases (acquire, renew, release, writes through a fenced view of any receipt granted
+    so far), some of :class:`SessionMachine`'s calls and, when the harness can, reopening.
+
+    Three rules (a lease call, a session call, reopen), the call drawn as a value: with a
+    rule per call, or every session rule added, hypothesis (which leaves rules out of whole
+    programs and favours some) made a receipt call a few times a run. Receipts are drawn
+    by kind (:data:`RECEIPTS`), the older ones of the holder's own name a third of the
+    time: among every receipt alike, the one that tells a token check from an owner check
+    came up too rarely to be found in every run."""
+
+    harness: ClassVar[Harness]
+    examples: ClassVar[int] = 25
+    store: Any
+    sessions: dict[str, Session]
+    finals: dict[str, FinalizeSummary]
+    totals: dict[str, int]
+    recency: list[str]
+    revisions: dict[str, int]
+
+    _wrote = _wrote_session  # no listing invariant: a call per step, checked by the session machine
+
+    def __init__(self) -> None:
+        super().__init__()
+        _session_model(self)
+        self.first = self.store  # the harness's handle; reopen() hands out others
+        self.grants: dict[str, _Grant] = {}  # a store never forgets a grant, deletes included
+        self.receipts: list[Lease] = []
+        self.reopened = 0
+
+    def teardown(self) -> None:
+        """Close the reopened handle, then the first."""
+        if self.store is not self.first:
+            _open(aclose_quietly, self.store)
+        _open(aclose_quietly, self.first)
+
+    def _receipt(self, sid: str, which: str, pick: int) -> tuple[Lease, _Grant]:
+        """A receipt of ``sid`` (of any session if ``sid`` has none) of the kind ``which``
+        names (:data:`RECEIPTS`), and its session's latest grant."""
+        pool = [r for r in self.receipts if r.session_id == sid] or self.receipts
+        if which == "any":
+            pool = self.receipts
+        latest = self.grants[pool[0].session_id]
+        if which == "latest":
+            pool = [r for r in pool if r.token == latest.token] or pool
+        elif which == "older":
+            older = [r for r in pool if r.token != latest.token]
+            pool = [r for r in older if r.owner == latest.owner] or older or pool
+        lease = pool[pick % len(pool)]
+        return lease, self.grants[lease.session_id]
+
+    def acquire_lease(self, sid: str, owner: str) -> None:
+        """Free or released: a new, larger token; the live holder again: its token; else None."""
+        got = call(self.store.acquire_lease, sid, owner, LEASE_TTL)
+        shown = f"acquire_lease({sid!r}, {owner!r}, {LEASE_TTL:g})"
+        latest = self.grants.get(sid)
+        live = latest is not None and not latest.released
+        if live and latest is not None and latest.owner != owner:
+            diverged(got is None, shown, got, f"None: {latest.owner!r} holds a live lease")
+            return
+        fits = isinstance(got, Lease) and (got.session_id, got.owner) == (sid, owner)
+        diverged(fits, shown, got, f"a Lease of {sid!r} for {owner!r}")
+        assert isinstance(got, Lease)
+        if live and latest is not None:
+            want = f"token {latest.token}: the holder's own live lease"
+            diverged(got.token == latest.token, shown, f"token {got.token}", want)
+        elif latest is not None:
+            want = f"a token above {latest.token}, the session's latest"
+            diverged(got.token > latest.token, shown, f"token {got.token}", want)
+        self.grants[sid] = _Grant(owner, got.token, released=False)
+        self.receipts.append(got)
+
+    def renew_lease(self, lease: Lease, latest: _Grant) -> None:
+        """The latest unreleased grant renews, keeping its token; any other is lost."""
+        shown = f"renew_lease({_arg(lease)}, {LEASE_TTL:g})"
+        if latest.token != lease.token or latest.released:
+            refused = raises(LeaseLostError, self.store.renew_lease, lease, LEASE_TTL)
+            diverged(refused, shown, "no error", "LeaseLostError")
+            return
+        got = call(self.store.renew_lease, lease, LEASE_TTL)
+        same = isinstance(got, Lease) and (got.session_id, got.owner, got.token) == (
+            lease.session_id,
+            lease.owner,
+            lease.token,
+        )
+        diverged(same, shown, got, f"the same lease (token {lease.token}), renewed")
+
+    def release_lease(self, lease: Lease, latest: _Grant) -> None:
+        """Releases the latest grant; a no-op for an older one, or a second time: then a
+        live holder still holds it, which another owner's acquire shows at once."""
+        call(self.store.release_lease, lease)
+        if latest.token == lease.token:
+            self.grants[lease.session_id] = attrs.evolve(latest, released=True)
+        elif not latest.released:
+            self.acquire_lease(lease.session_id, _another(latest.owner))
+
+    @rule(
+        sid=LEASE_IDS,
+        owner=OWNERS,
+        which=RECEIPTS,
+        pick=PICKS,
+        action=LEASE_CALLS,
+        doc=DOCS,
+        same=st.booleans(),
+    )
+    def lease_call(
+        self, sid: str, owner: str, which: str, pick: int, action: str, doc: str | None, same: bool
+    ) -> None:
+        """Acquire, or present a receipt granted so far (often an older one): renew,
+        release, a fenced write, or release the session's latest grant and acquire again
+        (as the same owner when ``same``). One rule for them all: hypothesis leaves rules
+        out of whole programs and favours some, and split into rules the receipt calls
+        came up a few times a run."""
+        if action == "acquire" or not self.receipts:
+            self.acquire_lease(sid, owner)
+            return
+        lease, latest = self._receipt(sid, which, pick)
+        if action == "renew":
+            self.renew_lease(lease, latest)
+        elif action == "release":
+            self.release_lease(lease, latest)
+        elif action == "fenced write":
+            self.fenced_update_data(lease, latest, doc)
+        else:
+            self.release_then_acquire(lease.session_id, latest.owner if same else owner)
+
+    @rule(sid=IDS, action=st.sampled_from(["update_data", "get", "exists", "delete"]), doc=DOCS)
+    def session_call(self, sid: str, action: str, doc: str | None) -> None:
+        """One of the session machine's calls, on the same model."""
+        if action == "update_data":
+            SessionMachine.update_data(cast(SessionMachine, self), sid, doc)
+        elif action == "get":
+            SessionMachine.get(cast(SessionMachine, self), sid)
+        elif action == "exists":
+            SessionMachine.exists(cast(SessionMachine, self), sid)
+        else:
+            SessionMachine.delete_session(cast(SessionMachine, self), sid)
+
+    def release_then_acquire(self, sid: str, owner: str) -> None:
+        """A run ends and the next starts: ``sid``'s latest grant is released and ``owner``
+        (often the same) acquires it, so older receipts pile up."""
+        self.release_lease(*self._receipt(sid, "latest", 0))
+        self.acquire_lease(sid, owner)
+
+    def fenced_update_data(self, lease: Lease, latest: _Grant, doc: str | None) -> None:
+        """A fenced write lands while its token is the latest (released or not), else is
+        refused with LeaseLostError and changes nothing."""
+        sid = lease.session_id
+        view = self.store.fenced(lease)
+        shown = f"fenced({_arg(lease)}).update_data({sid!r}, {doc!r})"
+        if latest.token != lease.token:
+            refused = raises(LeaseLostError, view.update_data, sid, doc, shown=shown)
+            diverged(refused, shown, "no error", "LeaseLostError")
+            return
+        call(view.update_data, sid, doc, shown=shown)
+        old = self._wrote(sid)
+        self.sessions[sid] = Session(sid, old.model, old.system_prompt, doc)
+
+    @precondition(lambda self: self.harness.reopen is not None and self.reopened < REOPENS)
+    @rule()
+    def reopen(self) -> None:
+        """A second handle onto the same data replaces the one in use (which is closed)."""
+        reopen = self.harness.reopen
+        assert reopen is not None
+        _program().calls.append("reopen()  (the calls below go through a second handle)")
+        other = _open(reopen, self.first)
+        if self.store is not self.first and self.store is not other:
+            _open(aclose_quietly, self.store)
+        self.store = other
+        self.reopened += 1
+
+
 async def run_machine(machine: type[RuleBasedStateMachine], harness: Harness) -> None:
     """Run ``machine``'s random programs against ``harness``'s stores, in a worker thread.
 
@@ -605,7 +866,7 @@ def _run_in_thread(machine: type[RuleBasedStateMachine], harness: Harness) -> No
     bound = type(machine.__name__, (machine,), {"harness": harness})
     program = _THREAD.program = _Program()
     try:
-        run_state_machine_as_test(bound, settings=SETTINGS)
+        _run_batches(bound, getattr(machine, "examples", 40))
     except _Cancelled:
         raise
     except Diverged as exc:
@@ -623,6 +884,17 @@ def _run_in_thread(machine: type[RuleBasedStateMachine], harness: Harness) -> No
             raise
         _add_program(exc, numbered(program.calls, last_is_failing=False))
         raise
+
+
+def _run_batches(bound: type[RuleBasedStateMachine], examples: int) -> None:
+    """Run ``examples`` programs of ``bound`` in batches (see the module docstring)."""
+    began = time.monotonic()
+    for first in range(0, examples, BATCH):
+        floor = min(examples, MIN_PROGRAMS)
+        if first >= floor and time.monotonic() - began > PROGRAM_SECONDS:
+            return
+        chosen = settings(SETTINGS, max_examples=min(BATCH, examples - first))
+        run_state_machine_as_test(seed(first // BATCH)(bound), settings=chosen)
 
 
 def _report(failure: _Failure) -> None:

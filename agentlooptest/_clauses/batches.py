@@ -15,7 +15,14 @@ import anyio
 
 from agentloop import RunStep, Session, SupportsAppendMany
 from agentloop._shared import on_trio
-from agentlooptest._cancel import Points, cancel_at, native_cancel_at, still_usable
+from agentlooptest._cancel import (
+    Points,
+    cancel_at,
+    cancel_either,
+    each_way,
+    native_cancel_at,
+    still_usable,
+)
 from agentlooptest._clause import Violation, clause, expect
 from agentlooptest._data import (
     describe,
@@ -342,7 +349,8 @@ async def _get_many_bad_input(h: Harness) -> None:
 
 @clause(
     "session.get-many.cancel",
-    "get_many cancelled at each checkpoint leaves the store unchanged and usable",
+    "get_many cancelled at each checkpoint (and, under asyncio, by Task.cancel()) leaves the "
+    "store unchanged and usable",
     capability="get_many",
     why="a read that leaks a lock or a connection when cancelled wedges every later run",
 )
@@ -351,13 +359,19 @@ async def _get_many_cancel(h: Harness) -> None:
         await store.update_data("a", "[1]")
         ids = ["a", "unknown", "a"]
         want = [Session("a", data="[1]"), Session("unknown"), Session("a", data="[1]")]
-        points = Points()
-        for point in points:
-            points.finished(await cancel_at(partial(store.get_many, ids), point))
+        for points, point, native in each_way():
+            did = f"get_many({ids!r})"
+            op = partial(store.get_many, ids)
+            points.finished(await cancel_either(op, point, native, did))
             got = await still_usable("get_many again", partial(store.get_many, ids))
+            how = (
+                f"by Task.cancel() at suspension #{point + 1}"
+                if native
+                else f"after {point} checkpoint(s)"
+            )
             expect(
                 _aligned(want, got),
-                did=f"cancelled get_many({ids!r}) after {point} checkpoint(s), then again",
+                did=f"cancelled {did} {how}, then again",
                 expected=repr(want),
                 got=got,
             )

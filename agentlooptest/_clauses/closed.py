@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 
 from agentloop import Session, StepStore, StoreClosedError
-from agentlooptest._cancel import Points, cancel_at
+from agentlooptest._cancel import cancel_either, each_way
 from agentlooptest._clause import Violation, clause, expect, expect_closed
 from agentlooptest._data import DONE, seed_session, step
 from agentlooptest._harness import Harness, Steps, open_sessions, open_steps
@@ -104,7 +104,8 @@ async def _session_closed(h: Harness) -> None:
 
 @clause(
     "session.closed.cancel",
-    "aclose cancelled at each checkpoint leaves the store open or closed, never half closed",
+    "aclose cancelled at each checkpoint (and, under asyncio, by Task.cancel()) leaves the "
+    "store open or closed, never half closed",
     capability="aclose",
     why=(
         "a shutdown cancelled halfway (a second Ctrl-C, a deadline) must leave a store that "
@@ -114,13 +115,12 @@ async def _session_closed(h: Harness) -> None:
     hint="aclose closing its parts one after another with a checkpoint between them",
 )
 async def _session_closed_cancel(h: Harness) -> None:
-    points = Points()
-    for point in points:
+    for points, point, native in each_way():
         async with open_sessions(h) as store:
             await seed_session(store, "s")
             if isinstance(store, StepStore):
                 await Steps(h, store).ensure("s")  # a session row first, where steps need one
-            done = await cancel_at(store.aclose, point)
+            done = await cancel_either(store.aclose, point, native, "aclose()")
             points.finished(done)
             calls = [("get('s')", partial(store.get, "s"))]
             calls += [("update_data('s', '{}')", partial(store.update_data, "s", "{}"))]
@@ -128,9 +128,12 @@ async def _session_closed_cancel(h: Harness) -> None:
                 calls += [("append(<a step>)", partial(store.append, step("s", 7)))]
             outcomes = [(what, await _closed_or_not(call)) for what, call in calls]
             kinds = {closed for _, closed in outcomes}
-            did = f"aclose() cancelled after {point} checkpoint(s), then " + ", ".join(
-                what for what, _ in outcomes
+            how = (
+                f"by Task.cancel() at suspension #{point + 1}"
+                if native
+                else f"after {point} checkpoint(s)"
             )
+            did = f"aclose() cancelled {how}, then " + ", ".join(what for what, _ in outcomes)
             expect(
                 kinds == {True} if done else len(kinds) == 1,
                 did=did + (" (aclose returned)" if done else ""),

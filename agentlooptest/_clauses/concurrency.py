@@ -17,7 +17,7 @@ call, whole), never what the store did with an uncancelled call.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
@@ -33,7 +33,14 @@ from agentloop import (
     SupportsPut,
 )
 from agentloop._shared import on_trio
-from agentlooptest._cancel import Points, cancel_at, native_cancel_at, still_usable
+from agentlooptest._cancel import (
+    Points,
+    cancel_at,
+    cancel_either,
+    each_way,
+    native_cancel_at,
+    still_usable,
+)
 from agentlooptest._clause import clause, expect
 from agentlooptest._data import (
     DONE,
@@ -651,13 +658,10 @@ async def _cancel_write(
         prefix = f"{what.partition('(')[0]}-{setup.__name__.strip('_')}"
         start = SEEDED if setup is seed_session else NEW
         before, after = shown(store, start), shown(store, rule(store, start))
-        for points, point, native in _points():
+        for points, point, native in each_way():
             sid = f"{prefix}-{'task-' if native else ''}{point}"
             await setup(store, sid)
-            if native:
-                done = await native_cancel_at(partial(write, store, sid), point, f"{what} {sid!r}")
-            else:
-                done = await cancel_at(partial(write, store, sid), point)
+            done = await cancel_either(partial(write, store, sid), point, native, f"{what} {sid!r}")
             points.finished(done)
             got = await still_usable(f"reading {sid!r} back", partial(session_state, store, sid))
             allowed = [after] if done else [before, after]
@@ -679,18 +683,6 @@ async def _cancel_write(
                 '{"after": "cancel"}',
                 f"cancelled {what} on {sid!r}, wrote again, then get",
             )
-
-
-def _points() -> Iterator[tuple[Points, int, bool]]:
-    """Each point with an anyio scope, then (asyncio only) again with ``Task.cancel()``.
-
-    Yields the :class:`Points` to tell whether the call returned, the point, and
-    whether to cancel with ``Task.cancel()``.
-    """
-    for native in (False,) if on_trio() else (False, True):
-        points = Points()
-        for point in points:
-            yield points, point, native
 
 
 async def session_state(store: Any, sid: str) -> dict[str, object]:

@@ -3,7 +3,9 @@
 By family, in run order:
 
 - ``session.lease.*``: one live lease per session (across handles too),
-  growing tokens, expiry, renew and release;
+  growing tokens, expiry, renew and release, and random programs of lease
+  calls against a model (``session.lease.model-based``, whose machine is in
+  ``_machines.py``, imported when it runs: hypothesis is a heavy import);
 - ``session.lease-clock.*``: expiry at its exact boundaries, on a clock the
   contract controls (``Harness.new_session_store_with_clock``; skipped without);
 - ``session.lease-calls.*``: lease calls are not session writes, check their
@@ -41,7 +43,7 @@ from agentloop import (
     SupportsAppendMany,
     SupportsRevisions,
 )
-from agentlooptest._cancel import Points, cancel_at, still_usable
+from agentlooptest._cancel import cancel_either, each_way, still_usable
 from agentlooptest._clause import CAPABILITIES, Violation, clause, expect, expect_refused
 from agentlooptest._data import expect_data, expect_exists, json_equal, seed_session, step
 from agentlooptest._harness import Harness, Steps, open_clocked, open_sessions, reopened
@@ -499,6 +501,22 @@ _LOOKALIKE_OWNERS = (
 
 
 @clause(
+    "session.lease.model-based",
+    "random programs mixing acquire / renew / release / fenced writes / reopen with the "
+    "session calls match a model of who holds each lease",
+    capability="lease",
+    why=(
+        "the loop trusts a lease to make one run the only writer: a grant, token or fence "
+        "that drifts from the rules in some sequence lets two runs write one session"
+    ),
+)
+async def _lease_model(h: Harness) -> None:
+    from agentlooptest._clauses._machines import LeaseMachine, run_machine  # late: heavy import
+
+    await run_machine(LeaseMachine, h)
+
+
+@clause(
     "session.lease-clock.boundary",
     "a lease is live until just before expires_at, and expired at expires_at exactly",
     capability="lease",
@@ -716,40 +734,51 @@ def _expect_probe(got: object, held: bool, did: str) -> None:
     )
 
 
+def _tag(native: bool) -> str:
+    return "task-" if native else ""
+
+
+def _how(native: bool, point: int) -> str:
+    if native:
+        return f"in a task cancelled with Task.cancel() at its suspension #{point + 1}"
+    return f"cancelled after {point} checkpoint(s)"
+
+
 async def _cancel_acquire(store: Any) -> None:
-    points = Points()
-    for point in points:
-        sid, owner = f"acquire-{point}", fresh_owner("a")
-        done = await cancel_at(partial(store.acquire_lease, sid, owner, LONG_TTL), point)
+    for points, point, native in each_way():
+        sid, owner = f"acquire-{_tag(native)}{point}", fresh_owner("a")
+        did = f"acquire_lease({sid!r}, {owner!r}, 30)"
+        op = partial(store.acquire_lease, sid, owner, LONG_TTL)
+        done = await cancel_either(op, point, native, did)
         points.finished(done)
-        did = f"acquire_lease({sid!r}, {owner!r}, 30) cancelled after {point} checkpoint(s)"
         outcome = "it returned" if done else "it raised Cancelled"
-        _expect_probe(await _probe(store, sid), done, f"{did} ({outcome})")
+        _expect_probe(await _probe(store, sid), done, f"{did} {_how(native, point)} ({outcome})")
 
 
 async def _cancel_release(store: Any) -> None:
-    points = Points()
-    for point in points:
-        sid = f"release-{point}"
+    for points, point, native in each_way():
+        sid = f"release-{_tag(native)}{point}"
         lease = await acquire(store, sid, fresh_owner("a"), LONG_TTL, f"acquire_lease({sid!r})")
-        done = await cancel_at(partial(store.release_lease, lease), point)
+        did = f"release_lease(<lease of {sid!r}>)"
+        done = await cancel_either(partial(store.release_lease, lease), point, native, did)
         points.finished(done)
-        did = f"release_lease(<lease of {sid!r}>) cancelled after {point} checkpoint(s)"
         outcome = "it returned" if done else "it raised Cancelled"
-        _expect_probe(await _probe(store, sid), not done, f"{did} ({outcome})")
+        _expect_probe(
+            await _probe(store, sid), not done, f"{did} {_how(native, point)} ({outcome})"
+        )
 
 
 async def _cancel_renew(store: Any) -> None:
-    points = Points()
     tried: list[tuple[str, bool, str]] = []
-    for point in points:
-        sid = f"renew-{point}"
+    for points, point, native in each_way():
+        sid = f"renew-{_tag(native)}{point}"
         lease = await acquire(store, sid, fresh_owner("a"), SHORT_TTL, f"acquire_lease({sid!r})")
-        done = await cancel_at(partial(store.renew_lease, lease, LONG_TTL), point)
+        call = f"renew_lease(<lease of {sid!r}>, 30)"
+        done = await cancel_either(partial(store.renew_lease, lease, LONG_TTL), point, native, call)
         points.finished(done)
         did = (
-            f"acquire_lease({sid!r}, a, 0.2), renew_lease(<it>, 30) cancelled after {point} "
-            f"checkpoint(s) ({'it returned' if done else 'it raised Cancelled'}), waited 0.25s"
+            f"acquire_lease({sid!r}, a, 0.2), {call} {_how(native, point)} "
+            f"({'it returned' if done else 'it raised Cancelled'}), waited 0.25s"
         )
         tried.append((sid, done, did))
     await outlive()
@@ -767,9 +796,34 @@ async def _cancel_renew(store: Any) -> None:
             )
 
 
+async def _cancel_fenced(store: Any) -> None:
+    """A fenced write cancelled at each point is whole or absent, and keeps the lease held."""
+    for points, point, native in each_way():
+        sid = f"fenced-{_tag(native)}{point}"
+        await store.update_data(sid, '{"before": 1}')
+        lease = await acquire(store, sid, fresh_owner("a"), LONG_TTL, f"acquire_lease({sid!r})")
+        did = f"fenced(<lease of {sid!r}>).update_data({sid!r}, '{{\"after\": 1}}')"
+        op = partial(store.fenced(lease).update_data, sid, '{"after": 1}')
+        done = await cancel_either(op, point, native, did)
+        points.finished(done)
+        did = f"{did} {_how(native, point)} ({'it returned' if done else 'it raised Cancelled'})"
+        got = await still_usable(f"get({sid!r})", partial(store.get, sid))
+        allowed = [{"after": 1}] if done else [{"before": 1}, {"after": 1}]
+        data = None if got.data is None else json.loads(got.data)
+        expect(
+            data in allowed,
+            did=f"{did}, then get({sid!r}).data",
+            expected=" or ".join(repr(a) for a in allowed) + " (whole)",
+            got=data,
+            why="a fenced write is the one writer's: half of it is a session no run wrote",
+        )
+        _expect_probe(await _probe(store, sid), True, did)
+
+
 @clause(
     "session.lease-calls.cancel",
-    "acquire, renew and release cancelled at each checkpoint: a cancelled call did not happen",
+    "acquire, renew, release and fenced writes cancelled at each checkpoint (and, under "
+    "asyncio, by Task.cancel()): a cancelled lease call did not happen, a fenced write is whole",
     capability="lease",
     why=_CANCEL_WHY,
 )
@@ -778,6 +832,7 @@ async def _cancel(h: Harness) -> None:
         await _cancel_acquire(store)
         await _cancel_release(store)
         await _cancel_renew(store)
+        await _cancel_fenced(store)
 
 
 LATE = '{"writer": "old holder"}'

@@ -2,7 +2,9 @@
 
 Each runs one hypothesis state machine (``_machines.py``) against a fresh
 store per program. That module is imported only when a clause runs:
-hypothesis is a heavy import, and its trio plugin loads pytest.
+hypothesis is a heavy import, and its trio plugin loads pytest. The lease
+machine's clause, ``session.lease.model-based``, is a ``session.lease`` clause:
+it lives in ``lease.py``.
 """
 
 from __future__ import annotations

@@ -241,6 +241,8 @@ CATALOGUE: tuple[Broken, ...] = (
     _sessions(leases.ViewWithoutAppends, "session.fenced.writes"),
     _sessions(leases.BatchesUnfenced, "session.fenced.writes"),
     _sessions(leases.FenceOutsideTheWrite, "session.fenced.race"),
+    _sessions(leases.RenewByOwner, "session.lease.model-based"),
+    _sessions(leases.ReleaseByOwner, "session.lease.model-based"),
     _lifecycle(lifecycle.OffsetPaging, "session.paging.exactly-once"),
     _lifecycle(lifecycle.CreatedByUpdate, "session.paging.created-order"),
     _lifecycle(lifecycle.CursorFromAnywhere, "session.paging.cursors"),

@@ -335,3 +335,32 @@ class GrantsThenCancels(Leased):
         lease = self.grant(session_id, owner, ttl)
         await anyio.lowlevel.checkpoint()
         return lease
+
+
+class RenewByOwner(Leased):
+    """renew_lease checks the owner, not the token: the holder's older receipt (from before
+    it released and acquired again) renews and comes back with its stale token."""
+
+    async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        _check_lease(lease)
+        check_seconds(ttl, "ttl")
+        await self.enter()
+        held = self.leases.get(lease.session_id)
+        if held is None or held.owner != lease.owner or held.released:
+            raise LeaseLostError(f"lease {lease.token} of {lease.session_id!r} was taken over")
+        held.expires_at = self.now() + timedelta(seconds=ttl)
+        await self.leave()
+        return attrs.evolve(lease, expires_at=held.expires_at)
+
+
+class ReleaseByOwner(Leased):
+    """release_lease checks the owner, not the token: the holder's older receipt frees the
+    lease it holds now."""
+
+    async def release_lease(self, lease: Lease) -> None:
+        _check_lease(lease)
+        await self.enter()
+        held = self.leases.get(lease.session_id)
+        if held is not None and held.owner == lease.owner:
+            held.released = True
+        await self.leave()

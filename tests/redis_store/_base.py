@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-import anyio
 import redis.asyncio
 
-from ._call import check_backend, run_call
+from agentloop import StoreUnavailableError, run_whole
+
+from ._call import CALL_TIMEOUT, check_backend, run_call
 
 T = TypeVar("T")
 
@@ -65,12 +65,24 @@ class RedisBase:
     async def aclose(self) -> None:
         """Close the client; every later call raises ``StoreClosedError``. Idempotent.
 
-        The keys stay (another handle may read them). A cancelled call leaves
-        the store open.
+        The keys stay (another handle may read them). Closing runs through
+        :func:`agentloop.run_whole`: a cancellation before it starts leaves the
+        store open; once started, the client's connections are all closed
+        whatever cancels the caller (an anyio shield would not stop
+        ``Task.cancel()``, which cut the pool's disconnect short and left its
+        sockets open, closed only by the garbage collector).
+
+        Raises:
+            StoreUnavailableError: closing took longer than ``CALL_TIMEOUT``.
         """
-        await asyncio.sleep(0)
-        if self._closed:
-            return
-        self._closed = True
-        with anyio.CancelScope(shield=True):
+
+        async def close() -> None:
+            if self._closed:
+                return
+            self._closed = True
             await self._redis.aclose()
+
+        try:
+            await run_whole(close, seconds=CALL_TIMEOUT)
+        except TimeoutError as exc:
+            raise StoreUnavailableError(f"{type(self).__name__}: aclose timed out", exc) from exc
