@@ -18,10 +18,12 @@ Imported only once psycopg is known to be installed.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
+import attrs
 import psycopg
 
 from agentloop import FinalizeSummary, Lease, LeaseLostError, RunStep, Session, SessionInfo
@@ -358,6 +360,61 @@ def _step(session_id: str, row: tuple[Any, ...]) -> RunStep:
     )
 
 
+_PARAMETER = re.compile(r"%s")
+
+
+def numbered(query: str) -> bytes:
+    """``query`` (psycopg's ``%s`` placeholders only) with libpq's ``$1``, ``$2``, ..."""
+    count = iter(range(1, 1_000))
+    return _PARAMETER.sub(lambda _: f"${next(count)}", query).encode("utf-8")
+
+
+SHORT_READS = ("last_n", "get", "get_many", "list_sessions")
+"""The reads ``PostgresStore`` may run on its inline connection (``agentloopsql._pg_inline``)."""
+
+
+@attrs.frozen
+class ShortRead:
+    """One short read: its statement (``PgOps.q[name]``, and numbered for libpq), its
+    parameters, and how its rows become the result."""
+
+    name: str
+    query: bytes
+    params: tuple[Any, ...]
+    build: Callable[[list[tuple[Any, ...]]], Any]
+
+
+def _newest(args: tuple[Any, ...], rows: list[tuple[Any, ...]]) -> list[RunStep]:
+    session_id = args[0]
+    rows.reverse()
+    return [_step(session_id, row) for row in rows]
+
+
+def _session(args: tuple[Any, ...], rows: list[tuple[Any, ...]]) -> Session | None:
+    if not rows:
+        return None
+    model, prompt, prompt_nul, data = rows[0]
+    return _codec.session_of(args[0], model, _codec.join_nul(prompt, prompt_nul), data)
+
+
+def _sessions(rows: list[tuple[Any, ...]]) -> dict[str, Session]:
+    return {
+        sid: _codec.session_of(sid, model, _codec.join_nul(prompt, prompt_nul), data)
+        for sid, model, prompt, prompt_nul, data in rows
+    }
+
+
+def _listed(_: tuple[Any, ...], rows: list[tuple[Any, ...]]) -> list[SessionInfo]:
+    return [info for _, info in _infos(rows)]
+
+
+_SHORT_BUILDS: dict[str, Callable[[tuple[Any, ...], list[tuple[Any, ...]]], Any]] = {
+    "last_n": _newest,
+    "get": _session,
+    "list_sessions": _listed,
+}
+
+
 class PgOps:
     """The statements of one schema, rendered once at open."""
 
@@ -366,6 +423,7 @@ class PgOps:
         self.q = {name: render(conn, schema, text) for name, text in queries.items()}
         self._schema_sql = render(conn, schema, "{s}")
         self.q["append"] = _plain(self._schema_sql, 1)
+        self.numbered = {name: numbered(self.q[name]) for name in SHORT_READS}
 
     def append(self, conn: Conn, step: RunStep, key: int) -> None:
         # The hot statement: prepared on its first run on a connection, not its fifth.
@@ -407,20 +465,27 @@ class PgOps:
         return conn.execute(self.q["append_landed"], (session_id, key)).fetchone() is not None
 
     def last_n(self, conn: Conn, session_id: str, n: int) -> list[RunStep]:
-        rows = _reader(conn).execute(self.q["last_n"], (session_id, n)).fetchall()
-        rows.reverse()
-        return [_step(session_id, row) for row in rows]
+        return self.short_read(conn, self.short("last_n", session_id, n))  # type: ignore[no-any-return]
+
+    def short(self, name: str, *args: Any) -> ShortRead:
+        """The statement of short read ``name`` (``last_n``, ``get``, ``get_many``,
+        ``list_sessions``) for ``args``, and how its rows become the result."""
+        if name == "get_many":
+            (ids,) = args
+            return ShortRead(name, self.numbered[name], (json.dumps(ids),), _sessions)
+        build = _SHORT_BUILDS[name]
+        return ShortRead(name, self.numbered[name], args, lambda rows: build(args, rows))
+
+    def short_read(self, conn: Conn, read: ShortRead) -> Any:
+        """``read`` on ``conn`` (a worker's connection)."""
+        return read.build(_reader(conn).execute(self.q[read.name], read.params).fetchall())
 
     def all(self, conn: Conn, session_id: str) -> list[RunStep]:
         rows = conn.execute(self.q["all"], (session_id,), binary=True).fetchall()
         return [_step(session_id, row) for row in rows]
 
     def get(self, conn: Conn, session_id: str) -> Session | None:
-        row = _reader(conn).execute(self.q["get"], (session_id,)).fetchone()
-        if row is None:
-            return None
-        model, prompt, prompt_nul, data = row
-        return _codec.session_of(session_id, model, _codec.join_nul(prompt, prompt_nul), data)
+        return self.short_read(conn, self.short("get", session_id))  # type: ignore[no-any-return]
 
     def exists(self, conn: Conn, session_id: str) -> bool:
         return conn.execute(self.q["exists"], (session_id,)).fetchone() is not None
@@ -459,20 +524,14 @@ class PgOps:
         return _codec.final_from_row(row) if row is not None else None
 
     def list_sessions(self, conn: Conn, limit: int) -> list[SessionInfo]:
-        rows = _reader(conn).execute(self.q["list_sessions"], (limit,)).fetchall()
-        return [info for _, info in _infos(rows)]
+        return self.short_read(conn, self.short("list_sessions", limit))  # type: ignore[no-any-return]
 
     def delete_session(self, conn: Conn, session_id: str) -> bool:
         row = conn.execute(self.q["delete_session"], {"id": session_id}).fetchone()
         return row is not None and int(row[0]) > 0
 
     def get_many(self, conn: Conn, session_ids: list[str]) -> dict[str, Session]:
-        ids = json.dumps(session_ids)
-        rows = _reader(conn).execute(self.q["get_many"], (ids,)).fetchall()
-        return {
-            sid: _codec.session_of(sid, model, _codec.join_nul(prompt, prompt_nul), data)
-            for sid, model, prompt, prompt_nul, data in rows
-        }
+        return self.short_read(conn, self.short("get_many", session_ids))  # type: ignore[no-any-return]
 
     def revision(self, conn: Conn, session_id: str) -> int:
         row = conn.execute(self.q["revision"], {"id": session_id}).fetchone()

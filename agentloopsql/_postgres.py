@@ -17,24 +17,28 @@ import contextlib
 import os
 import threading
 import traceback
+from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
 from agentloop import StoreError, StoreUnavailableError
 from agentloop._shared import check_seconds, preview
 from agentloopsql._store import SqlStore
-from agentloopsql._workers import Workers, to_thread_shielded
+from agentloopsql._workers import Read, Workers, to_thread_shielded
 
 if TYPE_CHECKING:
     import psycopg
     import psycopg_pool
 
     from agentloopsql._pg_exec import PgExecutor, Reconnects
+    from agentloopsql._pg_inline import InlineReads
     from agentloopsql._pg_ops import PgOps
 
     Conn = psycopg.Connection[Any]
+
+R = TypeVar("R")
 
 _MISSING = "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'agentloop-seam[postgres]'"
 
@@ -64,7 +68,11 @@ class PostgresStore(SqlStore["Conn"]):
 
     Calls queue to ``pool_size`` worker threads, each borrowing a connection
     from a ``psycopg_pool.ConnectionPool``; more calls wait their turn, for at
-    most ``pool_timeout`` (then ``StoreUnavailableError``, nothing done). Every
+    most ``pool_timeout`` (then ``StoreUnavailableError``, nothing done). Short
+    reads (``last_n`` of at most 256 steps, ``get``, ``get_many``,
+    ``list_sessions``) run on one more connection of the store's, on the
+    event-loop thread, when it is free; otherwise on the workers (see
+    ``docs/stores.md``, "PostgreSQL reads on the event loop"). Every
     operation is one autocommit statement, so it commits whole or not at all;
     appends waiting together become one multi-row ``INSERT`` (one commit for
     all of them, each caller answered after it). A row the server refuses for a
@@ -144,6 +152,7 @@ class PostgresStore(SqlStore["Conn"]):
         size: int,
         wait_timeout: float | None,
         reconnects: Reconnects,
+        inline: InlineReads,
     ) -> None:
         """Use :meth:`open`."""
         from agentloopsql._pg_exec import PgExecutor, waited_error
@@ -156,7 +165,9 @@ class PostgresStore(SqlStore["Conn"]):
         self._pool = pool
         self._executor = executor
         self._schema = schema
-        release = partial(_close_quietly, pool, executor)
+        self._inline = inline
+        self._pg_ops = ops
+        release = partial(_close_quietly, pool, executor, inline)
         self._watch_leak(f"PostgresStore schema={schema!r}", release)
 
     @classmethod
@@ -183,7 +194,8 @@ class PostgresStore(SqlStore["Conn"]):
         ``connect_timeout`` (2 s per server address unless the DSN or
         ``PGCONNECT_TIMEOUT`` sets it; it also bounds the pool's connections):
         a refused, unknown, silent or refusing server fails the open within that
-        bound, naming the reason. It checks the schema read-only, then migrates it.
+        bound, naming the reason. It checks the schema read-only, then migrates it,
+        and stays open for the short reads (``docs/stores.md``).
 
         Raises:
             ImportError: psycopg is not installed (``pip install 'agentloop-seam[postgres]'``).
@@ -213,13 +225,11 @@ class PostgresStore(SqlStore["Conn"]):
         )
         wait, every = _checked_timing(statement_ms, wait_timeout, reconnect_interval)
         kwargs = connection_kwargs(dsn)
-        name, ops = await first_connection(dsn, kwargs, schema, statement_ms)
-        from agentloopsql._pg_exec import Reconnects
-
-        reconnects = Reconnects(every)
-        pool = new_pool(dsn, kwargs, pool_size, timeout, statement_ms, reconnects)
-        await _fill_or_close(pool, dsn, kwargs, pool_size, timeout)
-        return cls(pool, ops, name, pool_size, wait, reconnects)
+        name, ops, first = await first_connection(dsn, kwargs, schema, statement_ms)
+        inline = inline_reads(first, dsn, kwargs, statement_ms, wait, every)
+        timing = (timeout, statement_ms, every)
+        reconnects, pool = await filled_pool(dsn, kwargs, pool_size, timing, inline)
+        return cls(pool, ops, name, pool_size, wait, reconnects, inline)
 
     @property
     def schema(self) -> str:
@@ -234,6 +244,7 @@ class PostgresStore(SqlStore["Conn"]):
         **Cancellation handling**: shielded; once called, the store ends closed.
         """
         self._closing()
+        self._inline.close()
         await self._workers.close()  # every call under way finishes first
         self._executor.close()
         await to_thread_shielded(self._pool.close)
@@ -241,6 +252,22 @@ class PostgresStore(SqlStore["Conn"]):
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<PostgresStore schema={self._schema!r} ({state})>"
+
+    async def _read_short(self, run: Callable[[Conn], R], name: str, args: tuple[Any, ...]) -> R:
+        """The read on the inline connection (``agentloopsql._pg_inline``), or on the workers."""
+        from agentloopsql._pg_inline import Miss
+
+        if not self._closed:
+            read = self._pg_ops.short(name, *args)
+            try:
+                rows = await self._inline.rows(read.query, read.params, name)
+            except Miss:
+                pass
+            else:
+                return read.build(rows)  # type: ignore[no-any-return]
+        return await self._workers.call(Read(run, name=name))
+
+    _read_listing = _read_short
 
 
 def _checked_options(
@@ -354,10 +381,65 @@ def configure(conn: Conn, *, statement_ms: int | None) -> None:
         conn.execute(f"SET statement_timeout = {statement_ms:d}")
 
 
+async def filled_pool(
+    dsn: str,
+    kwargs: dict[str, Any],
+    size: int,
+    timing: tuple[float, int | None, float],
+    inline: InlineReads,
+) -> tuple[Reconnects, psycopg_pool.ConnectionPool[Any]]:
+    """The store's pool, filled within the pool timeout, and its reconnect timing.
+
+    ``timing`` is the pool timeout, the statement timeout in ms and the reconnect
+    interval. If the pool does not fill (or the caller is cancelled), the pool
+    and ``inline`` are closed.
+    """
+    from agentloopsql._pg_exec import Reconnects
+
+    pool_timeout, statement_ms, every = timing
+    try:
+        reconnects = Reconnects(every)
+        pool = new_pool(dsn, kwargs, size, pool_timeout, statement_ms, reconnects)
+        await _fill_or_close(pool, dsn, kwargs, size, pool_timeout)
+    except BaseException:
+        inline.close()
+        raise
+    return reconnects, pool
+
+
+def inline_reads(
+    first: Conn,
+    dsn: str,
+    kwargs: dict[str, Any],
+    statement_ms: int | None,
+    wait: float | None,
+    every: float,
+) -> InlineReads:
+    """The store's inline reads, starting on ``first`` (the connection ``open`` made)."""
+    from agentloopsql._pg_inline import InlineReads
+
+    connect = partial(inline_connection, dsn, kwargs, statement_ms)
+    return InlineReads(first, connect, wait, every)
+
+
+def inline_connection(dsn: str, kwargs: dict[str, Any], statement_ms: int | None) -> Conn:
+    """A new connection set up as the pool's are, for the inline reads (blocking)."""
+    import psycopg
+
+    conn = psycopg.connect(dsn, **kwargs)
+    try:
+        configure(conn, statement_ms=statement_ms)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
 async def first_connection(
     dsn: str, kwargs: dict[str, Any], schema: str | None, statement_ms: int | None
-) -> tuple[str, PgOps]:
-    """Connect once, check and migrate the schema, close.
+) -> tuple[str, PgOps, Conn]:
+    """Connect once, check and migrate the schema; the connection stays open (the
+    caller's to close).
 
     Raises:
         StoreError: a permanent refusal, or a foreign, damaged or newer schema.
@@ -404,19 +486,23 @@ class _Attempt:
                 self._conn.close()
 
 
-def _prepare(conn: Conn, schema: str | None, statement_ms: int | None) -> tuple[str, PgOps]:
-    """Check and migrate the schema on ``conn``, then close it; runs in a worker thread."""
+def _prepare(conn: Conn, schema: str | None, statement_ms: int | None) -> tuple[str, PgOps, Conn]:
+    """Check and migrate the schema on ``conn``, kept open for the store's inline reads
+    (closed if this fails); runs in a worker thread."""
     import psycopg
 
     from agentloopsql._pg_ops import PgOps
     from agentloopsql._pg_schema import migrate
 
     try:
-        with conn:
+        try:
             configure(conn, statement_ms=statement_ms)
             name = schema if schema is not None else current_schema(conn)
             migrate(conn, name)
-            return name, PgOps(conn, name)
+            return name, PgOps(conn, name), conn
+        except BaseException:
+            conn.close()
+            raise
     except psycopg.OperationalError as exc:
         raise StoreUnavailableError(
             f"PostgreSQL failed while opening the store: {exc}", exc
@@ -505,8 +591,11 @@ def _try_connect(dsn: str, kwargs: dict[str, Any]) -> None:
         raise connect_error(exc) from exc
 
 
-def _close_quietly(pool: psycopg_pool.ConnectionPool[Any], executor: PgExecutor) -> None:
+def _close_quietly(
+    pool: psycopg_pool.ConnectionPool[Any], executor: PgExecutor, inline: InlineReads
+) -> None:
     """Close ``pool`` from the thread that released a collected store's workers."""
+    inline.close()
     executor.close()
     with contextlib.suppress(Exception):  # nobody is left to report to
         pool.close(timeout=DEFAULT_CONNECT_TIMEOUT + 1.0)

@@ -781,7 +781,9 @@ class SqliteStore(SqlStore[sqlite3.Connection]):
         self._reader = reader
         self._watch_leak(f"SqliteStore {path!r}", reader.close if reader is not None else _nothing)
 
-    async def _read_short(self, run: Callable[[sqlite3.Connection], R], name: str) -> R:
+    async def _read_short(
+        self, run: Callable[[sqlite3.Connection], R], name: str, args: tuple[Any, ...]
+    ) -> R:
         """``run`` inline on the read-only connection if it can run now, else on the worker."""
         reader = self._reader
         if reader is not None and not self._closed and not self._workers.dead:

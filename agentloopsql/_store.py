@@ -327,12 +327,20 @@ class SqlStore(Generic[ConnT]):
         if self._closed:
             raise StoreClosedError(f"{type(self).__name__} is closed")
 
-    async def _read_short(self, run: Callable[[ConnT], R], name: str) -> R:
-        """A short indexed read (``get``, ``last_n`` of at most :data:`SHORT_WINDOW`).
+    async def _read_short(self, run: Callable[[ConnT], R], name: str, args: tuple[Any, ...]) -> R:
+        """A short indexed read (``get``, ``last_n`` of at most :data:`SHORT_WINDOW`):
+        ``run`` on a connection, or read ``name`` of ``args`` another way.
 
         Here it queues for the workers like every call; a store may serve it
-        on the event-loop thread instead (``SqliteStore`` does, see its docstring).
+        on the event-loop thread instead (``SqliteStore`` and ``PostgresStore``
+        do, see their docstrings).
         """
+        return await self._workers.call(Read(run, name=name))
+
+    async def _read_listing(self, run: Callable[[ConnT], R], name: str, args: tuple[Any, ...]) -> R:
+        """``get_many`` and ``list_sessions``: as :meth:`_read_short`, but these may
+        read many rows, so only a store whose reads wait without blocking
+        (``PostgresStore``) serves them on the event-loop thread."""
         return await self._workers.call(Read(run, name=name))
 
     def _fence(
@@ -442,7 +450,7 @@ class SqlStore(Generic[ConnT]):
             return ops.last_n(conn, session_id, window)
 
         if window <= SHORT_WINDOW:
-            return await self._read_short(read, "last_n")
+            return await self._read_short(read, "last_n", (session_id, window))
         return await self._workers.call(Read(read, name="last_n"))
 
     async def all(self, session_id: str) -> list[RunStep]:
@@ -472,7 +480,7 @@ class SqlStore(Generic[ConnT]):
         """
         validate_session_id(session_id)
         ops = self._ops
-        found = await self._read_short(lambda conn: ops.get(conn, session_id), "get")
+        found = await self._read_short(lambda conn: ops.get(conn, session_id), "get", (session_id,))
         return found if found is not None else Session(id=session_id)
 
     async def exists(self, session_id: str) -> bool:
@@ -600,7 +608,7 @@ class SqlStore(Generic[ConnT]):
         def read(conn: ConnT) -> list[SessionInfo]:
             return ops.list_sessions(conn, window)
 
-        return await self._workers.call(Read(read, name="list_sessions"))
+        return await self._read_listing(read, "list_sessions", (window,))
 
     async def delete_session(self, session_id: str) -> bool:
         """Drop the session, its steps and its summaries in one transaction.
@@ -649,7 +657,7 @@ class SqlStore(Generic[ConnT]):
         def read(conn: ConnT) -> dict[str, Session]:
             return ops.get_many(conn, unique)
 
-        found = await self._workers.call(Read(read, name="get_many"))
+        found = await self._read_listing(read, "get_many", (unique,))
         return [found.get(sid) or Session(id=sid) for sid in ids]
 
     async def revision(self, session_id: str) -> int:
