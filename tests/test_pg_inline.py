@@ -197,12 +197,24 @@ async def test_aclose_closes_the_inline_connection(postgres_dsn: str, schema: st
         assert row.fetchone() == (0,)
 
 
-async def test_a_get_many_of_many_ids_is_sent_without_blocking(store: PostgresStore) -> None:
-    """20,000 ids of 100 bytes (2 MB, past a socket buffer) go out through the inline
-    connection's non-blocking sends and come back in order."""
-    ids = [f"{i:06d}" + "i" * 94 for i in range(20_000)]
+async def test_the_longest_short_get_many_is_read_inline_and_longer_ones_on_the_workers(
+    store: PostgresStore,
+) -> None:
+    """256 ids of 1,024 bytes (past a socket buffer's first size) go out through the inline
+    connection's non-blocking sends with every worker held; 257 ids need the workers."""
+    ids = [f"{i:06d}" + "i" * 1_018 for i in range(257)]
     await store.put(Session(ids[7], model="seven"))
-    got = await store.get_many(ids)
-    assert [s.id for s in got] == ids
+    gate = threading.Event()
+    async with anyio.create_task_group() as group:
+        await occupy_worker(store, group, gate)
+        try:
+            with anyio.fail_after(5):
+                got = await store.get_many(ids[:256])
+            with anyio.move_on_after(0.3) as scope:
+                await store.get_many(ids)
+            assert scope.cancelled_caught  # queued for the held worker
+        finally:
+            gate.set()
+    assert [s.id for s in got] == ids[:256]
     assert got[7].model == "seven"
-    assert inline_pid(store) is not None
+    assert [s.id for s in await store.get_many(ids)] == ids
