@@ -369,8 +369,8 @@ def numbered(query: str) -> bytes:
     return _PARAMETER.sub(lambda _: f"${next(count)}", query).encode("utf-8")
 
 
-SHORT_READS = ("last_n", "get", "get_many", "list_sessions")
-"""The reads ``PostgresStore`` may run on its inline connection (``agentloopsql._pg_inline``)."""
+Args = tuple[Any, ...]  # a short read's arguments, or its statement's parameters
+Rows = list[tuple[Any, ...]]
 
 
 @attrs.frozen
@@ -380,39 +380,50 @@ class ShortRead:
 
     name: str
     query: bytes
-    params: tuple[Any, ...]
-    build: Callable[[list[tuple[Any, ...]]], Any]
+    params: Args
+    build: Callable[[Rows], Any]
 
 
-def _newest(args: tuple[Any, ...], rows: list[tuple[Any, ...]]) -> list[RunStep]:
+def _newest(args: Args, rows: Rows) -> list[RunStep]:
     session_id = args[0]
     rows.reverse()
     return [_step(session_id, row) for row in rows]
 
 
-def _session(args: tuple[Any, ...], rows: list[tuple[Any, ...]]) -> Session | None:
+def _session(args: Args, rows: Rows) -> Session | None:
     if not rows:
         return None
     model, prompt, prompt_nul, data = rows[0]
     return _codec.session_of(args[0], model, _codec.join_nul(prompt, prompt_nul), data)
 
 
-def _sessions(rows: list[tuple[Any, ...]]) -> dict[str, Session]:
+def _sessions(_: Args, rows: Rows) -> dict[str, Session]:
     return {
         sid: _codec.session_of(sid, model, _codec.join_nul(prompt, prompt_nul), data)
         for sid, model, prompt, prompt_nul, data in rows
     }
 
 
-def _listed(_: tuple[Any, ...], rows: list[tuple[Any, ...]]) -> list[SessionInfo]:
+def _listed(_: Args, rows: Rows) -> list[SessionInfo]:
     return [info for _, info in _infos(rows)]
 
 
-_SHORT_BUILDS: dict[str, Callable[[tuple[Any, ...], list[tuple[Any, ...]]], Any]] = {
-    "last_n": _newest,
-    "get": _session,
-    "list_sessions": _listed,
+def _as_given(args: Args) -> Args:
+    return args
+
+
+def _ids_as_json(args: Args) -> Args:
+    return (json.dumps(args[0]),)
+
+
+SHORT_READS: dict[str, tuple[Callable[[Args], Args], Callable[[Args, Rows], Any]]] = {
+    "last_n": (_as_given, _newest),
+    "get": (_as_given, _session),
+    "get_many": (_ids_as_json, _sessions),
+    "list_sessions": (_as_given, _listed),
 }
+"""The reads ``PostgresStore`` may run on its inline connection (``agentloopsql._pg_inline``):
+each one's parameters from its arguments, and its result from the arguments and rows."""
 
 
 class PgOps:
@@ -470,11 +481,8 @@ class PgOps:
     def short(self, name: str, *args: Any) -> ShortRead:
         """The statement of short read ``name`` (``last_n``, ``get``, ``get_many``,
         ``list_sessions``) for ``args``, and how its rows become the result."""
-        if name == "get_many":
-            (ids,) = args
-            return ShortRead(name, self.numbered[name], (json.dumps(ids),), _sessions)
-        build = _SHORT_BUILDS[name]
-        return ShortRead(name, self.numbered[name], args, lambda rows: build(args, rows))
+        params_of, build = SHORT_READS[name]
+        return ShortRead(name, self.numbered[name], params_of(args), lambda rows: build(args, rows))
 
     def short_read(self, conn: Conn, read: ShortRead) -> Any:
         """``read`` on ``conn`` (a worker's connection)."""
