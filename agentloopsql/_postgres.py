@@ -25,7 +25,7 @@ import anyio
 
 from agentloop import StoreError, StoreUnavailableError
 from agentloop._shared import check_seconds, preview
-from agentloopsql._store import SHORT_WINDOW, SqlStore
+from agentloopsql._store import SqlStore
 from agentloopsql._workers import Read, Workers, to_thread_shielded
 
 if TYPE_CHECKING:
@@ -267,14 +267,7 @@ class PostgresStore(SqlStore["Conn"]):
                 return read.build(rows)  # type: ignore[no-any-return]
         return await self._workers.call(Read(run, name=name))
 
-    async def _read_listing(self, run: Callable[[Conn], R], name: str, args: tuple[Any, ...]) -> R:
-        """``get_many`` of at most ``SHORT_WINDOW`` ids, or ``list_sessions`` of at most
-        that many, as a short read; longer ones on the workers (their rows are built
-        off the event-loop thread)."""
-        (size,) = args
-        if (len(size) if isinstance(size, list) else size) <= SHORT_WINDOW:
-            return await self._read_short(run, name, args)
-        return await self._workers.call(Read(run, name=name))
+    _read_listing = _read_short  # SqlStore sends only the short ones here
 
 
 def _checked_options(

@@ -338,9 +338,9 @@ class SqlStore(Generic[ConnT]):
         return await self._workers.call(Read(run, name=name))
 
     async def _read_listing(self, run: Callable[[ConnT], R], name: str, args: tuple[Any, ...]) -> R:
-        """``get_many`` and ``list_sessions``: as :meth:`_read_short`, but these may
-        read many rows, so only a store whose reads wait without blocking
-        (``PostgresStore``) serves them on the event-loop thread."""
+        """``get_many`` of at most :data:`SHORT_WINDOW` ids or ``list_sessions`` of at
+        most that many: as :meth:`_read_short`, but only a store whose reads wait
+        without blocking (``PostgresStore``) serves them on the event-loop thread."""
         return await self._workers.call(Read(run, name=name))
 
     def _fence(
@@ -608,7 +608,9 @@ class SqlStore(Generic[ConnT]):
         def read(conn: ConnT) -> list[SessionInfo]:
             return ops.list_sessions(conn, window)
 
-        return await self._read_listing(read, "list_sessions", (window,))
+        if window <= SHORT_WINDOW:
+            return await self._read_listing(read, "list_sessions", (window,))
+        return await self._workers.call(Read(read, name="list_sessions"))
 
     async def delete_session(self, session_id: str) -> bool:
         """Drop the session, its steps and its summaries in one transaction.
@@ -657,7 +659,10 @@ class SqlStore(Generic[ConnT]):
         def read(conn: ConnT) -> dict[str, Session]:
             return ops.get_many(conn, unique)
 
-        found = await self._read_listing(read, "get_many", (unique,))
+        if len(unique) <= SHORT_WINDOW:
+            found = await self._read_listing(read, "get_many", (unique,))
+        else:
+            found = await self._workers.call(Read(read, name="get_many"))
         return [found.get(sid) or Session(id=sid) for sid in ids]
 
     async def revision(self, session_id: str) -> int:
