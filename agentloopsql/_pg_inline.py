@@ -97,8 +97,9 @@ class InlineReads:
         wait_timeout: float | None,
         reconnect_interval: float,
     ) -> None:
-        conn.pgconn.nonblocking = 1  # a send never blocks: _answer flushes what is left
-        self._conn: Conn | None = conn
+        self._conn: Conn | None = None
+        self._prepared: set[str] = set()  # the reads prepared on self._conn
+        self._install(conn)
         self._connect = connect
         self._bound = wait_timeout
         self._interval = reconnect_interval
@@ -106,30 +107,39 @@ class InlineReads:
         self._opening = False
         self._next_open = 0.0
         self._closed = False
-        self._prepared: set[str] = set()  # the reads prepared on self._conn
 
-    async def rows(self, query: bytes, params: Sequence[object], op: str) -> list[Row]:
+    async def rows(self, query: bytes, params: Sequence[object], op: str) -> list[Row] | None:
         """The rows ``query`` (read ``op``) returns for ``params``, read on the event-loop
-        thread; ``query`` is prepared on the connection the first time, as psycopg
-        prepares a statement the workers repeat.
+        thread, or ``None``: run the read on the workers instead. ``query`` is
+        prepared on the connection the first time, as psycopg prepares a
+        statement the workers repeat.
 
         Raises:
-            Miss: run the read on the workers instead.
             StoreError, StoreUnavailableError: the server refused the statement,
                 or did not answer within ``wait_timeout``.
         """
         if not self._lock.acquire(blocking=False):
-            raise Miss
+            return None
+        try:
+            if self._conn is None:
+                self._reopen_soon()
+                return None
+            return await self._read(self._conn, query, params, op)
+        except Miss:
+            return None
+        finally:
+            self._lock.release()
+
+    async def _read(self, conn: Conn, query: bytes, params: Sequence[object], op: str) -> list[Row]:
+        """:meth:`rows` on ``conn``, the lock held; ``conn`` is dropped unless it ends idle.
+
+        Raises:
+            Miss: run the read on the workers instead.
+        """
         kept = False
         try:
-            conn = self._conn
-            if conn is None:
-                kept = True  # nothing to drop
-                self._reopen_soon()
-                raise Miss
             pgconn, name = conn.pgconn, f"agentloopsql_{op}".encode("ascii")
             if op not in self._prepared:
-                kept = False
                 _send(pgconn.send_prepare, name, query)
                 kept, prepared = await self._answer(pgconn, op)
                 _decoded(prepared, op)
@@ -141,7 +151,6 @@ class InlineReads:
         finally:
             if not kept or self._closed:
                 self._drop()
-            self._lock.release()
 
     async def _answer(self, pgconn: pq.abc.PGconn, op: str) -> tuple[bool, pq.abc.PGresult]:
         """:func:`_answer` within ``wait_timeout``, and whether the connection may be
@@ -182,6 +191,11 @@ class InlineReads:
             finally:
                 self._lock.release()
 
+    def _install(self, conn: Conn) -> None:
+        """Read on ``conn`` from now on (the lock is held, or nobody else has this yet)."""
+        conn.pgconn.nonblocking = 1  # a send never blocks: _answer flushes what is left
+        self._conn, self._prepared = conn, set()
+
     def _drop(self) -> None:
         """Close the connection (the lock is held): its state is unknown."""
         conn, self._conn = self._conn, None
@@ -206,9 +220,8 @@ class InlineReads:
         with self._lock:
             self._opening = False
             if conn is not None and not self._closed and self._conn is None:
-                conn.pgconn.nonblocking = 1
-                self._conn, conn = conn, None
-                self._prepared = set()
+                self._install(conn)
+                conn = None
         if conn is not None:
             conn.close()
         if self._closed:

@@ -255,15 +255,10 @@ class PostgresStore(SqlStore["Conn"]):
 
     async def _read_short(self, run: Callable[[Conn], R], name: str, args: tuple[Any, ...]) -> R:
         """The read on the inline connection (``agentloopsql._pg_inline``), or on the workers."""
-        from agentloopsql._pg_inline import Miss
-
         if not self._closed:
             read = self._pg_ops.short(name, *args)
-            try:
-                rows = await self._inline.rows(read.query, read.params, name)
-            except Miss:
-                pass
-            else:
+            rows = await self._inline.rows(read.query, read.params, name)
+            if rows is not None:
                 return read.build(rows)  # type: ignore[no-any-return]
         return await self._workers.call(Read(run, name=name))
 
